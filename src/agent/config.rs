@@ -1,0 +1,221 @@
+//! The agent's configuration: `/etc/tinyperf/tinyperf.toml`, then command-line overrides.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/tinyperf/tinyperf.toml";
+pub const DEFAULT_LISTEN: &str = "[::]:8470";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/tinyperf";
+pub const DEFAULT_TOKEN_FILE: &str = "/etc/tinyperf/token";
+pub const DEFAULT_DATASET: &str = "/raid/datasets/imagenet";
+pub const DEFAULT_RETENTION: usize = 200;
+pub const DEFAULT_CANCEL_GRACE_S: f64 = 10.0;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The file as written; every key optional, unknown keys rejected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    listen: Option<String>,
+    token_file: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    dataset: Option<PathBuf>,
+    boot_suite: Option<String>,
+    sku: Option<String>,
+    retention: Option<usize>,
+    cancel_grace_s: Option<f64>,
+}
+
+/// The configuration the agent runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub token_file: PathBuf,
+    pub state_dir: PathBuf,
+    pub dataset: PathBuf,
+    /// Suite run once when the agent starts.
+    pub boot_suite: Option<String>,
+    /// Judge the box as this SKU instead of recognising it.
+    pub sku: Option<String>,
+    /// How many runs the store keeps.
+    pub retention: usize,
+    /// How long a cancelled worker has between SIGTERM and SIGKILL.
+    pub cancel_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN
+                .parse()
+                .expect("default listen address parses"),
+            token_file: DEFAULT_TOKEN_FILE.into(),
+            state_dir: DEFAULT_STATE_DIR.into(),
+            dataset: DEFAULT_DATASET.into(),
+            boot_suite: None,
+            sku: None,
+            retention: DEFAULT_RETENTION,
+            cancel_grace: Duration::from_secs_f64(DEFAULT_CANCEL_GRACE_S),
+        }
+    }
+}
+
+impl Config {
+    /// Loads `path`. The default path may be absent (defaults apply); a path given
+    /// explicitly must exist.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && path == Path::new(DEFAULT_CONFIG_PATH) =>
+            {
+                Ok(Config::default())
+            }
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Parses configuration text; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        let file: ConfigFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let mut config = Config::default();
+        if let Some(listen) = file.listen {
+            config.listen = listen.parse().map_err(|_| {
+                invalid(format!(
+                    "listen = {listen:?} is not an ADDRESS:PORT (for example \"[::]:8470\")"
+                ))
+            })?;
+        }
+        if let Some(p) = file.token_file {
+            config.token_file = p;
+        }
+        if let Some(p) = file.state_dir {
+            if !p.is_absolute() {
+                return Err(invalid(format!(
+                    "state_dir = {:?} must be an absolute path",
+                    p.display()
+                )));
+            }
+            config.state_dir = p;
+        }
+        if let Some(p) = file.dataset {
+            config.dataset = p;
+        }
+        if let Some(suite) = file.boot_suite.filter(|s| !s.is_empty()) {
+            if !crate::suite::is_known_suite(&suite) {
+                return Err(invalid(format!(
+                    "boot_suite = {suite:?} is not a suite (known: {})",
+                    crate::suite::SUITES.join(", ")
+                )));
+            }
+            config.boot_suite = Some(suite);
+        }
+        if let Some(sku) = file.sku.filter(|s| !s.is_empty()) {
+            if !crate::inventory::is_known_sku(&sku) {
+                return Err(invalid(format!(
+                    "sku = {sku:?} is not a known SKU (known: {})",
+                    crate::inventory::known_skus().join(", ")
+                )));
+            }
+            config.sku = Some(sku);
+        }
+        if let Some(n) = file.retention {
+            if n == 0 {
+                return Err(invalid("retention must be at least 1".into()));
+            }
+            config.retention = n;
+        }
+        if let Some(s) = file.cancel_grace_s {
+            if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
+                return Err(invalid(format!(
+                    "cancel_grace_s = {s} must be between 0 and 3600 seconds"
+                )));
+            }
+            config.cancel_grace = Duration::from_secs_f64(s);
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let c = parse(
+            r#"
+            listen = "127.0.0.1:9000"
+            token_file = "/run/token"
+            state_dir = "/tmp/state"
+            dataset = "/data/imagenet"
+            boot_suite = "acceptance"
+            retention = 5
+            cancel_grace_s = 2.5
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(c.token_file, PathBuf::from("/run/token"));
+        assert_eq!(c.state_dir, PathBuf::from("/tmp/state"));
+        assert_eq!(c.dataset, PathBuf::from("/data/imagenet"));
+        assert_eq!(c.boot_suite.as_deref(), Some("acceptance"));
+        assert_eq!(c.retention, 5);
+        assert_eq!(c.cancel_grace, Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_clear_errors() {
+        for (text, needle) in [
+            ("colour = 1", "unknown field `colour`"),
+            ("listen = \"nowhere\"", "not an ADDRESS:PORT"),
+            ("boot_suite = \"fastest\"", "not a suite"),
+            ("retention = 0", "at least 1"),
+            ("retention = -3", "retention"),
+            ("state_dir = \"relative\"", "absolute"),
+            ("cancel_grace_s = -1.0", "cancel_grace_s"),
+            ("sku = \"tinybox-blue\"", "not a known SKU"),
+            ("listen = ", "invalid"),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text:?} gave {err:?}");
+            assert!(err.contains("test.toml"), "{err:?} does not name the file");
+        }
+    }
+
+    #[test]
+    fn missing_explicit_file_is_an_error() {
+        let err = Config::load(Path::new("/nonexistent/tinyperf.toml")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/tinyperf.toml"));
+    }
+}

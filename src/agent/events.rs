@@ -1,0 +1,57 @@
+//! Events the agent fans out to D-Bus signals, property changes and server-sent events.
+
+use serde::Serialize;
+
+use super::handle::AgentState;
+use crate::suite::record::{RunState, Verdict};
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    StateChanged {
+        state: AgentState,
+        current_run: Option<String>,
+    },
+    RunStarted {
+        run_id: String,
+        suite: String,
+    },
+    StageStarted {
+        run_id: String,
+        stage: String,
+    },
+    Progress {
+        run_id: String,
+        stage: String,
+        progress: f64,
+        message: Option<String>,
+    },
+    StageFinished {
+        run_id: String,
+        stage: String,
+        verdict: Verdict,
+    },
+    RunFinished {
+        run_id: String,
+        state: RunState,
+        verdict: Verdict,
+    },
+    HardwareChanged {
+        sku: String,
+    },
+}
+
+impl AgentEvent {
+    /// The SSE `event:` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AgentEvent::StateChanged { .. } => "state_changed",
+            AgentEvent::RunStarted { .. } => "run_started",
+            AgentEvent::StageStarted { .. } => "stage_started",
+            AgentEvent::Progress { .. } => "progress",
+            AgentEvent::StageFinished { .. } => "stage_finished",
+            AgentEvent::RunFinished { .. } => "run_finished",
+            AgentEvent::HardwareChanged { .. } => "hardware_changed",
+        }
+    }
+}

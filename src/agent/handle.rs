@@ -1,0 +1,236 @@
+//! The agent as the D-Bus and HTTP front ends see it: a cheap, cloneable handle with
+//! reads that answer at once and writes that go through the run supervisor.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::events::AgentEvent;
+use super::store::{Artifact, Store};
+use super::supervisor::Command;
+use crate::suite::record::{RunRecord, RunState, Trigger, Verdict};
+
+/// Errors the front ends turn into named D-Bus errors and HTTP status codes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    #[error("a run is already in progress: {0}")]
+    Busy(String),
+    #[error("no run with id {0:?}")]
+    NotFound(String),
+    #[error("invalid arguments: {0}")]
+    InvalidArgs(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AgentError {
+    /// A stable machine-readable code: `busy`, `not_found`, `invalid_args`, `internal`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AgentError::Busy(_) => "busy",
+            AgentError::NotFound(_) => "not_found",
+            AgentError::InvalidArgs(_) => "invalid_args",
+            AgentError::Internal(_) => "internal",
+        }
+    }
+}
+
+/// Whether a run is in progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentState {
+    Idle,
+    Running,
+}
+
+impl AgentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentState::Idle => "idle",
+            AgentState::Running => "running",
+        }
+    }
+}
+
+/// A run in a few fields, for lists and the `LastRun` property.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunBrief {
+    pub id: String,
+    pub suite: String,
+    pub state: RunState,
+    pub verdict: Option<Verdict>,
+    pub trigger: Trigger,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub duration_s: Option<f64>,
+    pub message: Option<String>,
+}
+
+impl From<&RunRecord> for RunBrief {
+    fn from(r: &RunRecord) -> Self {
+        RunBrief {
+            id: r.id.clone(),
+            suite: r.suite.clone(),
+            state: r.state,
+            verdict: r.summary.verdict,
+            trigger: r.trigger,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            duration_s: r.summary.duration_s,
+            message: r.summary.message.clone(),
+        }
+    }
+}
+
+/// What the agent is doing, as `GET /api/v1/status` and the D-Bus properties show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusSnapshot {
+    pub state: AgentState,
+    pub current_run: Option<String>,
+    pub current_suite: Option<String>,
+    pub current_stage: Option<String>,
+    /// Progress of the current run, 0..1; 0 when idle.
+    pub progress: f64,
+    pub last_run: Option<RunBrief>,
+    pub sku: String,
+    pub version: String,
+    pub agent_started_at: DateTime<Utc>,
+}
+
+/// Totals since the agent started, for `/metrics`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counters {
+    pub runs_started: u64,
+    /// Finished runs by final state (`passed`, `failed`, …).
+    pub runs_finished: BTreeMap<String, u64>,
+    /// Records in the store that could not be read and were skipped.
+    pub store_records_skipped: u64,
+}
+
+/// The hardware as last scanned: the inventory JSON and the SKU it was judged as.
+#[derive(Debug, Clone)]
+pub struct HardwareView {
+    pub json: Value,
+    pub sku: String,
+}
+
+pub(super) struct Shared {
+    pub store: Store,
+    pub status: RwLock<StatusSnapshot>,
+    pub hardware: RwLock<HardwareView>,
+    pub counters: RwLock<Counters>,
+    pub events: broadcast::Sender<AgentEvent>,
+    pub commands: mpsc::Sender<Command>,
+}
+
+/// A cloneable handle on the running agent.
+#[derive(Clone)]
+pub struct AgentHandle {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl AgentHandle {
+    /// What the agent is doing now.
+    pub fn status(&self) -> StatusSnapshot {
+        read(&self.shared.status).clone()
+    }
+
+    /// The inventory JSON (the `Hardware` property, `GET /api/v1/hardware`).
+    pub fn hardware(&self) -> Value {
+        read(&self.shared.hardware).json.clone()
+    }
+
+    /// The SKU the box was recognised as, or `unrecognised`.
+    pub fn sku(&self) -> String {
+        read(&self.shared.hardware).sku.clone()
+    }
+
+    /// Totals since start.
+    pub fn counters(&self) -> Counters {
+        read(&self.shared.counters).clone()
+    }
+
+    /// Starts `suite` with `options`. Fails with `Busy` while a run is in progress and
+    /// with `InvalidArgs` for an unknown suite or option.
+    pub async fn start(
+        &self,
+        suite: &str,
+        options: Map<String, Value>,
+        trigger: Trigger,
+    ) -> Result<String, AgentError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Start {
+            suite: suite.to_string(),
+            options,
+            trigger,
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| supervisor_gone())?
+    }
+
+    /// Cancels the run `run_id`: `NotFound` when no such run exists, `InvalidArgs`
+    /// when it is not the run in progress.
+    pub async fn cancel(&self, run_id: &str) -> Result<(), AgentError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Cancel {
+            run_id: run_id.to_string(),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| supervisor_gone())?
+    }
+
+    /// Scans the hardware again and returns the new inventory JSON.
+    pub async fn rescan(&self) -> Result<Value, AgentError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Rescan { reply }).await?;
+        answer.await.map_err(|_| supervisor_gone())?
+    }
+
+    /// One run's full record.
+    pub fn get_run(&self, run_id: &str) -> Result<RunRecord, AgentError> {
+        self.shared.store.load(run_id)
+    }
+
+    /// Up to `limit` runs, newest first.
+    pub fn list_runs(&self, limit: usize) -> Vec<RunRecord> {
+        self.shared.store.list(limit).records
+    }
+
+    /// One of a run's files (`mllog.txt`, `telemetry.csv`).
+    pub fn run_artifact(&self, run_id: &str, artifact: Artifact) -> Result<Vec<u8>, AgentError> {
+        self.shared.store.read_artifact(run_id, artifact)
+    }
+
+    /// Every event from now on. A slow reader that falls behind gets `Lagged` and
+    /// should re-read the status.
+    pub fn subscribe(&self) -> broadcast::Receiver<AgentEvent> {
+        self.shared.events.subscribe()
+    }
+
+    async fn send(&self, command: Command) -> Result<(), AgentError> {
+        self.shared
+            .commands
+            .send(command)
+            .await
+            .map_err(|_| supervisor_gone())
+    }
+}
+
+fn supervisor_gone() -> AgentError {
+    AgentError::Internal("the run supervisor has stopped".into())
+}
+
+/// Reads a lock even if a writer panicked: the data is plain values, never half-written.
+pub(super) fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(super) fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,393 @@
+//! The run supervisor: one task that owns the state machine, starts workers, folds
+//! their events into the run record, and publishes what happens.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info, warn};
+
+use super::events::AgentEvent;
+use super::handle::{read, write, AgentError, AgentState, RunBrief, Shared};
+use super::state::{Input, SupervisorState, TransitionError};
+use super::worker::{self, WorkerControl, WorkerMessage, WorkerSpec};
+use crate::suite::event::WorkerEvent;
+use crate::suite::record::{RunRecord, RunState, Trigger};
+
+/// Requests to the supervisor.
+pub enum Command {
+    Start {
+        suite: String,
+        options: Map<String, Value>,
+        trigger: Trigger,
+        reply: oneshot::Sender<Result<String, AgentError>>,
+    },
+    Cancel {
+        run_id: String,
+        reply: oneshot::Sender<Result<(), AgentError>>,
+    },
+    Rescan {
+        reply: oneshot::Sender<Result<Value, AgentError>>,
+    },
+    Worker(WorkerMessage),
+}
+
+/// What the supervisor needs to start workers and take inventory.
+#[derive(Debug, Clone)]
+pub struct SupervisorConfig {
+    /// The `tinyperf` binary that runs as the worker.
+    pub worker_exe: PathBuf,
+    pub root: PathBuf,
+    pub sku: Option<String>,
+    pub dataset: PathBuf,
+    pub grace: std::time::Duration,
+}
+
+pub(super) struct Supervisor {
+    shared: Arc<Shared>,
+    config: SupervisorConfig,
+    state: SupervisorState,
+    record: Option<RunRecord>,
+    worker: Option<WorkerControl>,
+    commands: mpsc::Sender<Command>,
+}
+
+impl Supervisor {
+    pub fn new(
+        shared: Arc<Shared>,
+        config: SupervisorConfig,
+        commands: mpsc::Sender<Command>,
+    ) -> Self {
+        Supervisor {
+            shared,
+            config,
+            state: SupervisorState::Idle,
+            record: None,
+            worker: None,
+            commands,
+        }
+    }
+
+    pub async fn run(mut self, mut inbox: mpsc::Receiver<Command>) {
+        while let Some(command) = inbox.recv().await {
+            match command {
+                Command::Start {
+                    suite,
+                    options,
+                    trigger,
+                    reply,
+                } => {
+                    let _ = reply.send(self.start(suite, options, trigger));
+                }
+                Command::Cancel { run_id, reply } => {
+                    let _ = reply.send(self.cancel(&run_id));
+                }
+                Command::Rescan { reply } => {
+                    let shared = self.shared.clone();
+                    let config = self.config.clone();
+                    tokio::spawn(async move {
+                        let _ = reply.send(rescan(shared, config).await);
+                    });
+                }
+                Command::Worker(WorkerMessage::Event { run_id, event }) => {
+                    self.on_event(&run_id, event)
+                }
+                Command::Worker(WorkerMessage::Exited {
+                    run_id,
+                    outcome,
+                    success,
+                }) => self.on_exit(&run_id, outcome, success),
+            }
+        }
+    }
+
+    fn start(
+        &mut self,
+        suite: String,
+        options: Map<String, Value>,
+        trigger: Trigger,
+    ) -> Result<String, AgentError> {
+        crate::suite::validate(&suite, &options).map_err(AgentError::InvalidArgs)?;
+        if let Some(current) = self.state.current_run() {
+            return Err(AgentError::Busy(current.to_string()));
+        }
+        let run_id = super::store::new_run_id();
+        let next = self
+            .state
+            .next(&Input::Start {
+                run_id: run_id.clone(),
+            })
+            .map_err(transition_error)?;
+        let mut record = RunRecord::new(run_id.clone(), suite.clone(), trigger, options);
+        record.hardware = read(&self.shared.hardware).json.clone();
+        let run_dir = self
+            .shared
+            .store
+            .create(&record)
+            .map_err(|e| AgentError::Internal(format!("cannot record the run: {e}")))?;
+        info!(run = %run_id, %suite, trigger = trigger.as_str(), "run started");
+        self.state = next;
+        self.publish_started(&record);
+
+        let spec = WorkerSpec {
+            exe: self.config.worker_exe.clone(),
+            args: self.worker_args(&record, &run_dir),
+            run_dir,
+            grace: self.config.grace,
+        };
+        self.record = Some(record);
+        match worker::spawn(&run_id, &spec, self.commands.clone()) {
+            Ok(control) => self.worker = Some(control),
+            Err(e) => {
+                error!(run = %run_id, error = %e, "cannot start the worker");
+                self.close_run(
+                    RunState::Error,
+                    Some(format!(
+                        "cannot start the worker {}: {e}",
+                        spec.exe.display()
+                    )),
+                );
+            }
+        }
+        Ok(run_id)
+    }
+
+    fn worker_args(&self, record: &RunRecord, run_dir: &std::path::Path) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "run".into(),
+            record.suite.clone().into(),
+            "--events".into(),
+            "jsonl".into(),
+            "--run-dir".into(),
+            run_dir.into(),
+            "--root".into(),
+            self.config.root.clone().into(),
+            "--options-json".into(),
+            Value::Object(record.options.clone()).to_string().into(),
+        ];
+        if let Some(sku) = &self.config.sku {
+            args.push("--sku".into());
+            args.push(sku.into());
+        }
+        args
+    }
+
+    fn cancel(&mut self, run_id: &str) -> Result<(), AgentError> {
+        let next = match self.state.next(&Input::Cancel {
+            run_id: run_id.to_string(),
+        }) {
+            Ok(next) => next,
+            Err(TransitionError::NotInProgress { .. }) => {
+                // Tell an unknown run from one that already finished.
+                let record = self.shared.store.load(run_id)?;
+                return Err(AgentError::InvalidArgs(format!(
+                    "run {run_id} is not in progress (it is {})",
+                    record.state
+                )));
+            }
+            Err(e) => return Err(transition_error(e)),
+        };
+        info!(run = %run_id, "cancel requested");
+        self.state = next;
+        if let Some(worker) = self.worker.as_mut() {
+            worker.cancel();
+        }
+        Ok(())
+    }
+
+    fn on_event(&mut self, run_id: &str, event: WorkerEvent) {
+        let Some(record) = self.record.as_mut().filter(|r| r.id == run_id) else {
+            warn!(run = %run_id, "event from a run that is not in progress");
+            return;
+        };
+        if matches!(event, WorkerEvent::RunFinished { .. }) && record.state.is_final() {
+            return;
+        }
+        record.apply(&event);
+        let mut save = false;
+        match &event {
+            WorkerEvent::StageStarted { stage, .. } => {
+                write(&self.shared.status).current_stage = Some(stage.clone());
+                self.publish(AgentEvent::StageStarted {
+                    run_id: run_id.to_string(),
+                    stage: stage.clone(),
+                });
+            }
+            WorkerEvent::Progress {
+                stage,
+                progress,
+                message,
+            } => {
+                let progress = progress.clamp(0.0, 1.0);
+                write(&self.shared.status).progress = progress;
+                self.publish(AgentEvent::Progress {
+                    run_id: run_id.to_string(),
+                    stage: stage.clone(),
+                    progress,
+                    message: message.clone(),
+                });
+            }
+            WorkerEvent::StageFinished { result } => {
+                save = true;
+                self.publish(AgentEvent::StageFinished {
+                    run_id: run_id.to_string(),
+                    stage: result.name.clone(),
+                    verdict: result.verdict,
+                });
+            }
+            WorkerEvent::Hardware { .. } | WorkerEvent::RunFinished { .. } => save = true,
+            WorkerEvent::RunStarted { .. } => {}
+        }
+        if save {
+            self.save_current();
+        }
+    }
+
+    fn on_exit(&mut self, run_id: &str, outcome: String, success: bool) {
+        let cancelled = matches!(self.state, SupervisorState::Cancelling { .. });
+        if let Err(e) = self.state.next(&Input::WorkerExited {
+            run_id: run_id.to_string(),
+        }) {
+            warn!(error = %e, "ignoring a worker exit");
+            return;
+        }
+        let finished = self
+            .record
+            .as_ref()
+            .map(|r| r.state.is_final())
+            .unwrap_or(true);
+        if cancelled && !finished {
+            self.close_run(
+                RunState::Cancelled,
+                Some(format!("cancelled; the worker ended with {outcome}")),
+            );
+        } else if !finished {
+            self.close_run(
+                RunState::Error,
+                Some(format!(
+                    "the worker ended with {outcome} before finishing the run (see worker.log)"
+                )),
+            );
+        } else {
+            if !success {
+                warn!(run = %run_id, %outcome, "worker finished its run but exited badly");
+            }
+            self.close_run_as_reported();
+        }
+    }
+
+    /// Closes the current run as the worker reported it.
+    fn close_run_as_reported(&mut self) {
+        if let Some(record) = self.record.as_ref() {
+            let (state, message) = (record.state, record.summary.message.clone());
+            self.close_run(state, message);
+        }
+    }
+
+    /// Finishes the current run in `state`, stores it, and goes idle.
+    fn close_run(&mut self, state: RunState, message: Option<String>) {
+        self.worker = None;
+        self.state = SupervisorState::Idle;
+        let Some(mut record) = self.record.take() else {
+            return;
+        };
+        if !record.state.is_final() || record.state != state {
+            record.finish(state, message);
+        }
+        if let Err(e) = self.shared.store.save(&record) {
+            error!(run = %record.id, error = %e, "cannot store the finished run");
+        }
+        info!(run = %record.id, state = %record.state, "run finished");
+        {
+            let mut status = write(&self.shared.status);
+            status.state = AgentState::Idle;
+            status.current_run = None;
+            status.current_suite = None;
+            status.current_stage = None;
+            status.progress = 0.0;
+            status.last_run = Some(RunBrief::from(&record));
+        }
+        *write(&self.shared.counters)
+            .runs_finished
+            .entry(record.state.as_str().to_string())
+            .or_default() += 1;
+        self.publish(AgentEvent::RunFinished {
+            run_id: record.id.clone(),
+            state: record.state,
+            verdict: record.verdict(),
+        });
+        self.publish(AgentEvent::StateChanged {
+            state: AgentState::Idle,
+            current_run: None,
+        });
+        let removed = self.shared.store.prune();
+        if removed > 0 {
+            info!(removed, "old runs removed by the retention limit");
+        }
+    }
+
+    fn save_current(&self) {
+        if let Some(record) = &self.record {
+            if let Err(e) = self.shared.store.save(record) {
+                error!(run = %record.id, error = %e, "cannot store run progress");
+            }
+        }
+    }
+
+    fn publish_started(&self, record: &RunRecord) {
+        {
+            let mut status = write(&self.shared.status);
+            status.state = AgentState::Running;
+            status.current_run = Some(record.id.clone());
+            status.current_suite = Some(record.suite.clone());
+            status.current_stage = None;
+            status.progress = 0.0;
+        }
+        write(&self.shared.counters).runs_started += 1;
+        self.publish(AgentEvent::StateChanged {
+            state: AgentState::Running,
+            current_run: Some(record.id.clone()),
+        });
+        self.publish(AgentEvent::RunStarted {
+            run_id: record.id.clone(),
+            suite: record.suite.clone(),
+        });
+    }
+
+    fn publish(&self, event: AgentEvent) {
+        // No subscribers is fine: nobody is listening.
+        let _ = self.shared.events.send(event);
+    }
+}
+
+fn transition_error(e: TransitionError) -> AgentError {
+    match e {
+        TransitionError::Busy { current } => AgentError::Busy(current),
+        TransitionError::NotInProgress { run_id } => {
+            AgentError::InvalidArgs(format!("run {run_id} is not in progress"))
+        }
+        TransitionError::StrayWorker { run_id } => {
+            AgentError::Internal(format!("stray worker for run {run_id}"))
+        }
+    }
+}
+
+/// Takes the inventory again (off the async threads) and publishes it.
+pub(super) async fn rescan(
+    shared: Arc<Shared>,
+    config: SupervisorConfig,
+) -> Result<Value, AgentError> {
+    let root = config.root.clone();
+    let sku = config.sku.clone();
+    let view = tokio::task::spawn_blocking(move || super::scan_hardware(&root, sku.as_deref()))
+        .await
+        .map_err(|e| AgentError::Internal(format!("inventory scan failed: {e}")))?;
+    let json = view.json.clone();
+    let sku = view.sku.clone();
+    *write(&shared.hardware) = view;
+    write(&shared.status).sku = sku.clone();
+    let _ = shared.events.send(AgentEvent::HardwareChanged { sku });
+    Ok(json)
+}

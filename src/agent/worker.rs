@@ -1,0 +1,190 @@
+//! The worker subprocess: `tinyperf run --events jsonl …`, its events read line by line,
+//! cancelled with SIGTERM and then SIGKILL after a grace period.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command as ProcessCommand;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{sleep_until, Instant};
+use tracing::{debug, warn};
+
+use super::store::Artifact;
+use super::supervisor::Command;
+use crate::suite::event::WorkerEvent;
+
+/// How to start a worker.
+#[derive(Debug, Clone)]
+pub struct WorkerSpec {
+    pub exe: PathBuf,
+    pub args: Vec<OsString>,
+    pub run_dir: PathBuf,
+    pub grace: Duration,
+}
+
+/// What the worker tells the supervisor.
+#[derive(Debug)]
+pub enum WorkerMessage {
+    Event {
+        run_id: String,
+        event: WorkerEvent,
+    },
+    Exited {
+        run_id: String,
+        outcome: String,
+        success: bool,
+    },
+}
+
+/// The supervisor's hold on a running worker.
+pub struct WorkerControl {
+    cancel: Option<oneshot::Sender<()>>,
+}
+
+impl WorkerControl {
+    /// Asks the worker to stop: SIGTERM now, SIGKILL after the grace period.
+    pub fn cancel(&mut self) {
+        if let Some(tx) = self.cancel.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Starts the worker for `run_id`; its events and its exit arrive on `commands`.
+pub fn spawn(
+    run_id: &str,
+    spec: &WorkerSpec,
+    commands: mpsc::Sender<Command>,
+) -> std::io::Result<WorkerControl> {
+    let log = File::create(spec.run_dir.join(Artifact::WorkerLog.file_name()))?;
+    let mut command = ProcessCommand::new(&spec.exe);
+    command
+        .args(&spec.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .process_group(0);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            // The worker must not outlive an agent killed with SIGKILL.
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+    let mut child = command.spawn()?;
+    let pid = child.id().map(|p| Pid::from_raw(p as i32));
+    let stdout = child.stdout.take();
+    let (cancel_tx, cancel_rx) = oneshot::channel();
+    let run_id = run_id.to_string();
+    let grace = spec.grace;
+    tokio::spawn(async move {
+        let mut lines = stdout.map(|s| BufReader::new(s).lines());
+        let mut cancel_rx = Some(cancel_rx);
+        let mut kill_at: Option<Instant> = None;
+        let status: std::io::Result<ExitStatus> = loop {
+            tokio::select! {
+                line = next_line(&mut lines) => match line {
+                    Some(line) => forward(&run_id, &line, &commands).await,
+                    None => lines = None,
+                },
+                _ = wait_cancel(&mut cancel_rx) => {
+                    cancel_rx = None;
+                    signal(pid, Signal::SIGTERM);
+                    kill_at = Some(Instant::now() + grace);
+                }
+                _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                    warn!(run = %run_id, "worker ignored SIGTERM; sending SIGKILL");
+                    signal(pid, Signal::SIGKILL);
+                    kill_at = None;
+                }
+                status = child.wait(), if lines.is_none() => break status,
+            }
+        };
+        // Anything left in the worker's process group goes with it.
+        signal(pid, Signal::SIGKILL);
+        let (outcome, success) = match status {
+            Ok(s) => (describe(s), s.success()),
+            Err(e) => (format!("cannot wait for the worker: {e}"), false),
+        };
+        debug!(run = %run_id, %outcome, "worker exited");
+        let _ = commands
+            .send(Command::Worker(WorkerMessage::Exited {
+                run_id,
+                outcome,
+                success,
+            }))
+            .await;
+    });
+    Ok(WorkerControl {
+        cancel: Some(cancel_tx),
+    })
+}
+
+async fn next_line(
+    lines: &mut Option<tokio::io::Lines<BufReader<tokio::process::ChildStdout>>>,
+) -> Option<String> {
+    match lines {
+        Some(l) => match l.next_line().await {
+            Ok(line) => line,
+            Err(e) => {
+                warn!(error = %e, "cannot read the worker's events");
+                None
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+async fn wait_cancel(rx: &mut Option<oneshot::Receiver<()>>) {
+    match rx {
+        Some(r) => {
+            if r.await.is_err() {
+                // The supervisor dropped its control without cancelling: nothing to do.
+                std::future::pending::<()>().await
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn forward(run_id: &str, line: &str, commands: &mpsc::Sender<Command>) {
+    match WorkerEvent::parse_line(line) {
+        None => {}
+        Some(Ok(event)) => {
+            let _ = commands
+                .send(Command::Worker(WorkerMessage::Event {
+                    run_id: run_id.to_string(),
+                    event,
+                }))
+                .await;
+        }
+        Some(Err(e)) => {
+            warn!(run = %run_id, error = %e, "worker printed a line that is not an event")
+        }
+    }
+}
+
+fn signal(pid: Option<Pid>, sig: Signal) {
+    if let Some(pid) = pid {
+        // ESRCH just means the group is already gone.
+        let _ = killpg(pid, sig);
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => match Signal::try_from(sig) {
+            Ok(s) => format!("killed by {s}"),
+            Err(_) => format!("killed by signal {sig}"),
+        },
+        (None, None) => "exited".to_string(),
+    }
+}

@@ -1,0 +1,146 @@
+//! The command line, as clap sees it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tinyperf",
+    version,
+    about = "Benchmark appliance agent for tinybox GPU machines"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent: D-Bus service, HTTP endpoint, run supervisor.
+    Agent(AgentArgs),
+    /// Run a suite in this process and record it.
+    Run(RunArgs),
+    /// Take the hardware inventory and check it against the box's SKU.
+    Detect(DetectArgs),
+    /// Ask the agent to start a run.
+    Start(StartArgs),
+    /// Ask the agent to cancel a run.
+    Cancel(RunIdArgs),
+    /// Show what the agent is doing.
+    Status(ClientArgs),
+    /// List recorded runs, newest first.
+    Runs(RunsArgs),
+    /// Show one run in full.
+    Show(RunIdArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Configuration file.
+    #[arg(long, default_value = crate::agent::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+    /// The bus to serve on: `system`, `session`, or a D-Bus address.
+    #[arg(long)]
+    pub bus: Option<String>,
+    /// HTTP listen address, overriding the configuration.
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// State directory, overriding the configuration.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EventFormat {
+    /// Readable progress on stdout.
+    Human,
+    /// One JSON event per line on stdout.
+    Jsonl,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The suite to run (`inventory`, `acceptance`, `smoke`, `mlperf-resnet`).
+    #[arg(default_value = "acceptance")]
+    pub suite: String,
+    /// How to report progress.
+    #[arg(long, value_enum, default_value_t = EventFormat::Human)]
+    pub events: EventFormat,
+    /// Record the run under `DIR/runs/<id>/`.
+    #[arg(long, conflicts_with = "run_dir")]
+    pub state_dir: Option<PathBuf>,
+    /// Write the run's artifacts into this directory; the caller owns the record.
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Suite options as KEY=VALUE, repeatable.
+    #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
+    pub options: Vec<String>,
+    /// Suite options as one JSON object (what the agent passes).
+    #[arg(long, value_name = "JSON")]
+    pub options_json: Option<String>,
+    /// Root of the sysfs/procfs tree to inventory.
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Judge the box as this SKU instead of recognising it.
+    #[arg(long)]
+    pub sku: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DetectArgs {
+    /// Print the inventory as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Root of the sysfs/procfs tree to read (`DIR/sys`, `DIR/proc`).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// Judge the box as this SKU instead of recognising it.
+    #[arg(long)]
+    pub sku: Option<String>,
+    /// Skip the GPU runtime probe (CUDA, HIP, NVML).
+    #[arg(long)]
+    pub no_runtime: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// The bus the agent serves on: `system`, `session`, or a D-Bus address.
+    #[arg(long, default_value = "system")]
+    pub bus: String,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// The suite to run.
+    pub suite: String,
+    /// Suite options as KEY=VALUE, repeatable.
+    #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
+    pub options: Vec<String>,
+    /// Wait for the run to finish; exit 0 only when it passed.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunIdArgs {
+    /// The run's id.
+    pub run_id: String,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// At most this many runs.
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}

@@ -1,0 +1,14 @@
+//! tinyperf: the benchmark appliance agent of a tinybox.
+//!
+//! Data flows one way: inventory → suite plan → worker executes stages → JSON-lines
+//! events → supervisor → store, D-Bus and HTTP.
+
+pub mod agent;
+pub mod api;
+pub mod cli;
+pub mod inventory;
+pub mod runtime;
+pub mod suite;
+
+/// The version every interface reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,124 @@
+//! The worker's JSON-lines event protocol: one event per line on the worker's stdout,
+//! folded into a [`RunRecord`] by whoever reads it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::record::{RunRecord, RunState, StageResult};
+
+/// One line of `tinyperf run --events jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WorkerEvent {
+    RunStarted {
+        suite: String,
+        stages: Vec<String>,
+    },
+    Hardware {
+        hardware: Value,
+    },
+    StageStarted {
+        stage: String,
+        index: usize,
+        total: usize,
+    },
+    /// Progress of the whole run, 0..1, with an optional word on what is happening.
+    Progress {
+        stage: String,
+        progress: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    StageFinished {
+        result: StageResult,
+    },
+    RunFinished {
+        state: RunState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+}
+
+impl WorkerEvent {
+    pub fn to_line(&self) -> String {
+        // Serialising these plain enums cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parses one line; `None` for blank lines.
+    pub fn parse_line(line: &str) -> Option<Result<WorkerEvent, serde_json::Error>> {
+        let line = line.trim();
+        if line.is_empty() {
+            return None;
+        }
+        Some(serde_json::from_str(line))
+    }
+}
+
+impl RunRecord {
+    /// Folds one worker event into the record.
+    pub fn apply(&mut self, event: &WorkerEvent) {
+        match event {
+            WorkerEvent::RunStarted { .. }
+            | WorkerEvent::StageStarted { .. }
+            | WorkerEvent::Progress { .. } => {}
+            WorkerEvent::Hardware { hardware } => self.hardware = hardware.clone(),
+            WorkerEvent::StageFinished { result } => self.stages.push(result.clone()),
+            WorkerEvent::RunFinished { state, message } => self.finish(*state, message.clone()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::record::{Trigger, Verdict};
+    use chrono::Utc;
+
+    #[test]
+    fn events_round_trip_one_per_line() {
+        let e = WorkerEvent::Progress {
+            stage: "cpu-gemm".into(),
+            progress: 0.5,
+            message: Some("n=1024".into()),
+        };
+        let line = e.to_line();
+        assert!(!line.contains('\n'));
+        assert!(line.starts_with("{\"event\":\"progress\""));
+        assert_eq!(WorkerEvent::parse_line(&line).unwrap().unwrap(), e);
+        assert!(WorkerEvent::parse_line("   ").is_none());
+        assert!(WorkerEvent::parse_line("{\"event\":\"nope\"}")
+            .unwrap()
+            .is_err());
+    }
+
+    #[test]
+    fn folding_events_builds_the_record() {
+        let mut r = RunRecord::new(
+            "x".into(),
+            "inventory".into(),
+            Trigger::Dbus,
+            Default::default(),
+        );
+        r.apply(&WorkerEvent::StageFinished {
+            result: StageResult {
+                name: "inventory".into(),
+                verdict: Verdict::Pass,
+                started_at: Utc::now(),
+                finished_at: Utc::now(),
+                metrics: vec![],
+                checks: vec![],
+                findings: vec![],
+                message: None,
+            },
+        });
+        r.apply(&WorkerEvent::RunFinished {
+            state: RunState::Passed,
+            message: None,
+        });
+        assert_eq!(r.state, RunState::Passed);
+        assert_eq!(r.stages.len(), 1);
+        assert_eq!(r.verdict(), Verdict::Pass);
+        assert!(r.finished_at.is_some());
+    }
+}

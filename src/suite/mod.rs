@@ -1,0 +1,35 @@
+//! Suites and stages: what a run does, the metrics it records, and its verdicts.
+
+pub mod event;
+pub mod options;
+pub mod record;
+
+use serde_json::{Map, Value};
+
+/// Suites this build can run.
+pub const SUITES: &[&str] = &["inventory", "acceptance"];
+
+/// Suites of the design that this build cannot run yet.
+pub const NOT_IMPLEMENTED_SUITES: &[&str] = &["smoke", "mlperf-resnet"];
+
+pub fn is_known_suite(name: &str) -> bool {
+    SUITES.contains(&name)
+}
+
+/// Checks that `suite` exists and takes `options`.
+pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String> {
+    if NOT_IMPLEMENTED_SUITES.contains(&suite) {
+        return Err(format!(
+            "suite {suite} is not implemented in this build (available: {})",
+            SUITES.join(", ")
+        ));
+    }
+    if !is_known_suite(suite) {
+        return Err(format!(
+            "unknown suite {suite:?} (available: {})",
+            SUITES.join(", ")
+        ));
+    }
+    options::validate(suite, options)
+}
+pub mod runner;

@@ -1,0 +1,306 @@
+//! The run record: what a run did, stage by stage, as stored in `run.json` and served
+//! over D-Bus and HTTP.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Where a run stands. Every state but `Running` is final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    Running,
+    /// It ran and every verdict passed.
+    Passed,
+    /// It ran and some verdict failed.
+    Failed,
+    /// It could not run; the summary says why.
+    Error,
+    Cancelled,
+    /// The agent died while it ran.
+    Interrupted,
+}
+
+impl RunState {
+    pub const ALL: [RunState; 6] = [
+        RunState::Running,
+        RunState::Passed,
+        RunState::Failed,
+        RunState::Error,
+        RunState::Cancelled,
+        RunState::Interrupted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Passed => "passed",
+            RunState::Failed => "failed",
+            RunState::Error => "error",
+            RunState::Cancelled => "cancelled",
+            RunState::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        self != RunState::Running
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who asked for a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    Boot,
+    Dbus,
+    Http,
+    Cli,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Boot => "boot",
+            Trigger::Dbus => "dbus",
+            Trigger::Http => "http",
+            Trigger::Cli => "cli",
+        }
+    }
+}
+
+/// The outcome of one check, one stage, or a whole run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Pass,
+    Fail,
+    /// Nothing to judge against (an unrecognised box, a stage that does not apply).
+    Skip,
+    /// The stage could not measure.
+    Error,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Skip => "skip",
+            Verdict::Error => "error",
+        }
+    }
+
+    /// The verdict of a whole made of parts: any error wins, then any failure, then
+    /// pass if anything passed.
+    pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+        let mut any_pass = false;
+        let mut any_fail = false;
+        for v in verdicts {
+            match v {
+                Verdict::Error => return Verdict::Error,
+                Verdict::Fail => any_fail = true,
+                Verdict::Pass => any_pass = true,
+                Verdict::Skip => {}
+            }
+        }
+        if any_fail {
+            Verdict::Fail
+        } else if any_pass {
+            Verdict::Pass
+        } else {
+            Verdict::Skip
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A measured figure.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metric {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
+}
+
+impl Metric {
+    pub fn new(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Self {
+        Metric {
+            name: name.into(),
+            value,
+            unit: unit.into(),
+        }
+    }
+}
+
+/// One expectation compared with what was found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    /// The device the check is about (a PCI address), when it is about one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    pub expected: String,
+    pub found: String,
+    pub verdict: Verdict,
+}
+
+/// What one stage measured and concluded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageResult {
+    pub name: String,
+    pub verdict: Verdict,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    #[serde(default)]
+    pub metrics: Vec<Metric>,
+    #[serde(default)]
+    pub checks: Vec<Check>,
+    /// Notes worth an operator's attention that are not checks (a missing runtime, say).
+    #[serde(default)]
+    pub findings: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The run's conclusion in a few fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Summary {
+    pub verdict: Option<Verdict>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub stages_passed: usize,
+    pub stages_failed: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+}
+
+/// A run as stored in `run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub suite: String,
+    pub state: RunState,
+    pub trigger: Trigger,
+    #[serde(default)]
+    pub options: Map<String, Value>,
+    pub started_at: DateTime<Utc>,
+    #[serde(default)]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// The inventory the run saw, as JSON.
+    #[serde(default)]
+    pub hardware: Value,
+    #[serde(default)]
+    pub stages: Vec<StageResult>,
+    #[serde(default)]
+    pub summary: Summary,
+}
+
+impl RunRecord {
+    pub fn new(id: String, suite: String, trigger: Trigger, options: Map<String, Value>) -> Self {
+        RunRecord {
+            id,
+            suite,
+            state: RunState::Running,
+            trigger,
+            options,
+            started_at: Utc::now(),
+            finished_at: None,
+            hardware: Value::Null,
+            stages: Vec::new(),
+            summary: Summary::default(),
+        }
+    }
+
+    /// Closes the run in `state`, filling the summary from its stages.
+    pub fn finish(&mut self, state: RunState, message: Option<String>) {
+        let now = Utc::now();
+        self.state = state;
+        self.finished_at = Some(now);
+        self.summary.stages_passed = self
+            .stages
+            .iter()
+            .filter(|s| s.verdict == Verdict::Pass)
+            .count();
+        self.summary.stages_failed = self
+            .stages
+            .iter()
+            .filter(|s| matches!(s.verdict, Verdict::Fail | Verdict::Error))
+            .count();
+        self.summary.verdict = Some(match state {
+            RunState::Passed => Verdict::Pass,
+            RunState::Failed => Verdict::Fail,
+            RunState::Running => Verdict::combine(self.stages.iter().map(|s| s.verdict)),
+            RunState::Error | RunState::Cancelled | RunState::Interrupted => Verdict::Error,
+        });
+        if message.is_some() {
+            self.summary.message = message;
+        }
+        let elapsed = (now - self.started_at).num_milliseconds() as f64 / 1000.0;
+        self.summary.duration_s = Some(elapsed.max(0.0));
+    }
+
+    /// The state a finished run earns from its stage verdicts.
+    pub fn state_from_stages(&self) -> RunState {
+        match Verdict::combine(self.stages.iter().map(|s| s.verdict)) {
+            Verdict::Pass | Verdict::Skip => RunState::Passed,
+            Verdict::Fail => RunState::Failed,
+            Verdict::Error => RunState::Failed,
+        }
+    }
+
+    /// The verdict word published with `RunFinished`.
+    pub fn verdict(&self) -> Verdict {
+        self.summary
+            .verdict
+            .unwrap_or_else(|| Verdict::combine(self.stages.iter().map(|s| s.verdict)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combine_prefers_error_then_fail() {
+        use Verdict::*;
+        assert_eq!(Verdict::combine([Pass, Fail, Error]), Error);
+        assert_eq!(Verdict::combine([Pass, Fail, Skip]), Fail);
+        assert_eq!(Verdict::combine([Pass, Skip]), Pass);
+        assert_eq!(Verdict::combine([Skip]), Skip);
+        assert_eq!(Verdict::combine([]), Skip);
+    }
+
+    #[test]
+    fn record_round_trips_through_json() {
+        let mut r = RunRecord::new("r1".into(), "inventory".into(), Trigger::Cli, Map::new());
+        r.stages.push(StageResult {
+            name: "inventory".into(),
+            verdict: Verdict::Fail,
+            started_at: Utc::now(),
+            finished_at: Utc::now(),
+            metrics: vec![Metric::new("gpus", 6.0, "count")],
+            checks: vec![],
+            findings: vec![],
+            message: None,
+        });
+        let state = r.state_from_stages();
+        r.finish(state, None);
+        assert_eq!(r.state, RunState::Failed);
+        assert_eq!(r.summary.stages_failed, 1);
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains("\"state\":\"failed\""));
+        let back: RunRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+    }
+}
