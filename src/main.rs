@@ -92,7 +92,7 @@ async fn agent(args: AgentArgs) -> anyhow::Result<i32> {
         config,
         bus,
         worker_exe,
-        root: "/".into(),
+        root: args.root,
     })
     .await?;
     Ok(0)

@@ -50,6 +50,9 @@ pub struct AgentArgs {
     /// State directory, overriding the configuration.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Root of the sysfs/procfs tree to inventory (for testing against a tree on disk).
+    #[arg(long, default_value = "/", hide = true)]
+    pub root: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

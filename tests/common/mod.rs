@@ -1,0 +1,197 @@
+//! Real parts for integration tests: a private `dbus-daemon` and a `tinyperf agent`
+//! process on it, with its HTTP socket on loopback.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// The `tinyperf` binary cargo built for these tests.
+pub fn tinyperf_exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tinyperf"))
+}
+
+/// A private session bus, killed on drop.
+pub struct Bus {
+    pub address: String,
+    pid: i32,
+}
+
+impl Bus {
+    pub fn start() -> Bus {
+        let out = Command::new("dbus-daemon")
+            .args(["--session", "--fork", "--nosyslog", "--print-address=1", "--print-pid=1"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("dbus-daemon runs (apt-get install dbus)");
+        assert!(out.status.success(), "dbus-daemon failed: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut lines = text.lines();
+        let address = lines.next().expect("address line").trim().to_string();
+        let pid = lines.next().expect("pid line").trim().parse().unwrap();
+        Bus { address, pid }
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        unsafe {
+            libc_kill(self.pid, 9);
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// A running `tinyperf agent`, killed on drop.
+pub struct Agent {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub state_dir: PathBuf,
+    pub config: PathBuf,
+    pub bus: String,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+/// Where an agent keeps its files in a test.
+pub struct AgentDirs {
+    pub dir: tempfile::TempDir,
+}
+
+impl AgentDirs {
+    /// A state directory, a token file and a config listening on loopback port 0;
+    /// `extra` is appended to the config.
+    pub fn new(extra: &str) -> AgentDirs {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, TOKEN).unwrap();
+        let config = format!(
+            "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nstate_dir = \"{}\"\n{extra}\n",
+            token.display(),
+            dir.path().join("state").display()
+        );
+        std::fs::write(dir.path().join("tinyperf.toml"), config).unwrap();
+        AgentDirs { dir }
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("tinyperf.toml")
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+}
+
+impl Agent {
+    /// Starts an agent on `bus` with the files in `dirs`, and waits until it serves.
+    pub fn start(bus: &Bus, dirs: &AgentDirs) -> Agent {
+        Agent::start_with_args(bus, dirs, &[])
+    }
+
+    pub fn start_with_args(bus: &Bus, dirs: &AgentDirs, args: &[&str]) -> Agent {
+        let mut child = Command::new(tinyperf_exe())
+            .arg("agent")
+            .arg("--config")
+            .arg(dirs.config())
+            .arg("--bus")
+            .arg(&bus.address)
+            .args(args)
+            .env("TINYPERF_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tinyperf agent starts");
+        let stderr = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = BufReader::new(stderr).read_to_string(&mut s);
+            s
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("ready http://") {
+                    let _ = tx.send(url.to_string());
+                }
+            }
+        });
+        let http = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(addr) => addr.parse().unwrap(),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "agent did not become ready; its log:\n{}",
+                    stderr.join().unwrap_or_default()
+                );
+            }
+        };
+        Agent {
+            child,
+            http,
+            state_dir: dirs.state_dir(),
+            config: dirs.config(),
+            bus: bus.address.clone(),
+            stderr: Some(stderr),
+        }
+    }
+
+    /// Kills the agent with SIGKILL and returns its log.
+    pub fn kill(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stderr
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Stops the agent with SIGTERM, waits, and returns its log.
+    pub fn stop(&mut self) -> String {
+        unsafe {
+            libc_kill(self.child.id() as i32, 15);
+        }
+        let _ = self.child.wait();
+        self.stderr
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` until it returns `Some`, or panics after `limit`.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Reads a run record straight from the store on disk.
+pub fn read_record(state_dir: &Path, id: &str) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(state_dir.join("runs").join(id).join("run.json")).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
