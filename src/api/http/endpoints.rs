@@ -73,6 +73,7 @@ impl App {
     }
 
     async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        check_head_size(&request, &self.limits)?;
         let endpoint = Endpoint::from_path(request.uri().path())?;
         endpoint.check_method(request.method())?;
         let is_post = request.method() == Method::POST;
@@ -219,6 +220,41 @@ impl App {
         );
         Ok(response)
     }
+}
+
+/// Refuses a request whose head is over the limits with a JSON 431.
+fn check_head_size(request: &Request<Incoming>, limits: &Limits) -> Result<(), ApiError> {
+    let headers = request.headers();
+    if headers.len() > limits.max_headers {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!(
+                "{} request headers are over the limit of {}",
+                headers.len(),
+                limits.max_headers
+            ),
+        ));
+    }
+    // Request line plus each `name: value\r\n`.
+    let size = request.method().as_str().len()
+        + request.uri().to_string().len()
+        + 12
+        + headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum::<usize>();
+    if size > limits.max_header_bytes {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!(
+                "the request head is about {size} bytes, over the limit of {}",
+                limits.max_header_bytes
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads the store off the async threads.

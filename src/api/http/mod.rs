@@ -42,7 +42,7 @@ pub struct Limits {
     pub max_event_streams: usize,
     /// Request line plus headers, in bytes; more gets 431.
     pub max_header_bytes: usize,
-    /// Number of request headers; more gets 431.
+    /// Number of request headers; more gets 431 (hyper refuses over 100 by itself).
     pub max_headers: usize,
     /// Request body, in bytes; more gets 413.
     pub max_body_bytes: usize,
@@ -70,6 +70,8 @@ impl Default for Limits {
     }
 }
 
+/// How far above the configured head size hyper itself cuts a request off.
+const HARD_LIMIT_FACTOR: usize = 4;
 /// hyper refuses a read buffer smaller than this.
 const MIN_READ_BUFFER: usize = 8192;
 /// Refusals of over-limit connections in flight at once; beyond it they are dropped.
@@ -106,15 +108,15 @@ pub async fn serve_with(
     }
     let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let refusals = Arc::new(Semaphore::new(MAX_PENDING_REFUSALS));
+    // hyper's own bound is a backstop well above ours: within it, the request reaches
+    // the service and an oversized head gets a JSON 431 like every other error.
+    let hard_header_bytes = limits.max_header_bytes.saturating_mul(HARD_LIMIT_FACTOR);
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
-        .max_header_size(limits.max_header_bytes)
-        .max_headers(limits.max_headers)
-        .max_buf_size(
-            (limits.max_header_bytes.max(limits.max_body_bytes) + 1024).max(MIN_READ_BUFFER),
-        )
+        .max_header_size(hard_header_bytes)
+        .max_buf_size((hard_header_bytes.max(limits.max_body_bytes) + 1024).max(MIN_READ_BUFFER))
         .keep_alive(true);
     let app = Arc::new(App {
         handle,
