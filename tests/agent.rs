@@ -73,16 +73,22 @@ fn sigkill_during_a_run_leaves_it_interrupted_and_keeps_earlier_runs() {
     // A long run, killed in the middle.
     set_boot_suite(&dirs, Some("acceptance"));
     let mut agent = Agent::start(&bus, &dirs);
-    let second = wait_for(Duration::from_secs(30), "the second run's first stage", || {
-        let id = only_run_id(&state).into_iter().find(|id| *id != first)?;
-        let r = read_record(&state, &id)?;
-        (r["stages"].as_array()?.len() == 1 && r["state"] == "running").then_some(id)
-    });
+    let second = wait_for(
+        Duration::from_secs(30),
+        "the second run's first stage",
+        || {
+            let id = only_run_id(&state).into_iter().find(|id| *id != first)?;
+            let r = read_record(&state, &id)?;
+            (r["stages"].as_array()?.len() == 1 && r["state"] == "running").then_some(id)
+        },
+    );
     agent.kill();
     // The worker must not outlive the agent.
-    wait_for(Duration::from_secs(10), "the worker to die with the agent", || {
-        processes_mentioning(&second).is_empty().then_some(())
-    });
+    wait_for(
+        Duration::from_secs(10),
+        "the worker to die with the agent",
+        || processes_mentioning(&second).is_empty().then_some(()),
+    );
     assert_eq!(read_record(&state, &second).unwrap()["state"], "running");
 
     // Restart: the killed run is interrupted, the earlier one untouched.
