@@ -387,7 +387,8 @@ async fn writes_need_the_right_token_and_a_started_run_is_recorded() {
         .exists());
 
     let finished = wait_finished(addr, &id, Duration::from_secs(60)).await;
-    assert_ne!(finished["state"], "running");
+    assert_eq!(finished["state"], "passed", "{finished}");
+    assert_eq!(finished["stages"][0]["name"], "inventory");
     let runs = get(addr, "/api/v1/runs").await.json();
     assert_eq!(runs["runs"][0]["id"], id.as_str());
     // A finished run cannot be cancelled.
@@ -433,6 +434,21 @@ async fn a_second_run_is_busy_and_the_first_can_be_cancelled() {
     assert_eq!(first.status, 202, "{}", first.text());
     let id = first.json()["id"].as_str().unwrap().to_string();
 
+    let status = get(addr, "/api/v1/status").await.json();
+    assert_eq!(status["state"], "running");
+    assert_eq!(status["current_run"], id.as_str());
+    let metrics = get(addr, "/metrics").await.text();
+    assert!(
+        metrics.lines().any(|l| l == "tinyperf_agent_running 1"),
+        "{metrics}"
+    );
+    assert!(metrics
+        .lines()
+        .any(|l| l == "tinyperf_agent_runs_started_total 1"));
+    let page = get(addr, "/").await.text();
+    assert!(page.contains(&format!("data-run=\"{id}\"")));
+    assert!(page.contains("id=\"progress-bar\""));
+
     let second = post_json(
         addr,
         "/api/v1/runs",
@@ -449,6 +465,10 @@ async fn a_second_run_is_busy_and_the_first_can_be_cancelled() {
     let record = wait_finished(addr, &id, Duration::from_secs(30)).await;
     assert_eq!(record["state"], "cancelled", "{record}");
     wait_idle(&server.handle).await;
+    let metrics = get(addr, "/metrics").await.text();
+    assert!(metrics
+        .lines()
+        .any(|l| l == "tinyperf_agent_runs_finished_total{state=\"cancelled\"} 1"));
     assert_healthy(addr).await;
 }
 
@@ -778,9 +798,14 @@ async fn events_stream_a_run_from_start_to_finish() {
             break value;
         }
     };
-    assert_eq!(seen[0], "state_changed", "{seen:?}");
-    assert!(seen.contains(&"run_started".to_string()), "{seen:?}");
+    assert_eq!(
+        &seen[..3],
+        ["state_changed", "run_started", "stage_started"],
+        "{seen:?}"
+    );
+    assert!(seen.contains(&"stage_finished".to_string()), "{seen:?}");
     assert_eq!(finished["run_id"], id.as_str());
+    assert_eq!(finished["state"], "passed");
     assert_eq!(finished["type"], "run_finished");
     let record = get(addr, &format!("/api/v1/runs/{id}")).await.json();
     assert_eq!(finished["state"], record["state"]);
