@@ -995,7 +995,11 @@ async fn metrics_parse_as_prometheus_text() {
         1.0
     );
     assert_eq!(
-        find("tinyperf_suite_last_run_passed", &[("run_id", SEEDED_RUN)]),
+        find("tinyperf_suite_last_run_info", &[("run_id", SEEDED_RUN)]),
+        1.0
+    );
+    assert_eq!(
+        find("tinyperf_suite_last_run_passed", &[("suite", "acceptance")]),
         1.0
     );
 }

@@ -24,6 +24,11 @@ pub async fn read_json_bytes(request: Request<Incoming>, limit: usize) -> Result
             ));
         }
     }
+    read_limited(request, limit).await
+}
+
+/// Reads the body of `request`, whatever its type, refusing more than `limit` bytes.
+pub async fn read_limited(request: Request<Incoming>, limit: usize) -> Result<Bytes, ApiError> {
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Semaphore;
 
 use super::auth::authorize;
-use super::body::{parse_json, read_json_bytes};
+use super::body::{parse_json, read_json_bytes, read_limited};
 use super::response::{self, ApiError, Body};
 use super::router::Endpoint;
 use super::{metrics, page, sse, Limits};
@@ -130,7 +130,7 @@ impl App {
     ) -> Result<Response<Body>, ApiError> {
         authorize(request.headers(), self.token.as_deref())?;
         // The body carries nothing, but an oversized one is still refused.
-        read_json_bytes(request, self.limits.max_body_bytes).await?;
+        read_limited(request, self.limits.max_body_bytes).await?;
         self.handle.cancel(&id).await?;
         tracing::info!(run = %id, "cancel requested over HTTP");
         Ok(response::json(

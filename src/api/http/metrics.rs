@@ -136,18 +136,27 @@ fn inventory(out: &mut Exposition, hardware: &Value) {
 
 fn last_run(out: &mut Exposition, run: &RunRecord) {
     out.family(
+        "tinyperf_suite_last_run_info",
+        "gauge",
+        "Always 1; the labels name the last finished run, its suite and final state.",
+    );
+    out.sample(
+        "tinyperf_suite_last_run_info",
+        &[
+            ("run_id", run.id.as_str()),
+            ("suite", run.suite.as_str()),
+            ("state", run.state.as_str()),
+        ],
+        1.0,
+    );
+    out.family(
         "tinyperf_suite_last_run_passed",
         "gauge",
-        "1 if the last finished run passed, else 0; labels name the run.",
+        "1 if the last finished run passed, else 0.",
     );
-    let labels = [
-        ("run_id", run.id.as_str()),
-        ("suite", run.suite.as_str()),
-        ("state", run.state.as_str()),
-    ];
     out.sample(
         "tinyperf_suite_last_run_passed",
-        &labels,
+        &[("suite", run.suite.as_str())],
         bool_value(run.state == RunState::Passed),
     );
     if let Some(finished) = run.finished_at {
@@ -339,7 +348,8 @@ mod tests {
             "tinyperf_inventory_gpus 2",
             "tinyperf_inventory_checks{verdict=\"pass\"} 2",
             "tinyperf_inventory_checks{verdict=\"fail\"} 1",
-            "tinyperf_suite_last_run_passed{run_id=\"r1\",suite=\"acceptance\",state=\"passed\"} 1",
+            "tinyperf_suite_last_run_info{run_id=\"r1\",suite=\"acceptance\",state=\"passed\"} 1",
+            "tinyperf_suite_last_run_passed{suite=\"acceptance\"} 1",
             "tinyperf_suite_stage_metric{suite=\"acceptance\",stage=\"gemm\",metric=\"tflops \\\"fp16\\\"\",unit=\"TFLOP/s\"} 165.5",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
