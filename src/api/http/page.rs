@@ -90,15 +90,19 @@ fn current_section(html: &mut String, d: &PageData<'_>) {
         if let Some(last) = &status.last_run {
             let _ = writeln!(
                 html,
-                "<p>Last run: {} <span class=\"badge {state}\">{state}</span> {} \
-                 {}, finished {}.</p>",
-                run_link(&last.id),
-                esc(&last.suite),
-                verdict_badge(last.verdict.map(|v| v.as_str())),
-                last.finished_at
+                "<p>Last run: {link} · {suite} · <span class=\"badge {state}\">{state}</span> \
+                 · finished {finished}, after {duration}.</p>",
+                link = run_link(&last.id),
+                suite = esc(&last.suite),
+                state = last.state.as_str(),
+                finished = last
+                    .finished_at
                     .map(|t| ago(t, d.now))
                     .unwrap_or_else(|| "—".into()),
-                state = last.state.as_str(),
+                duration = last
+                    .duration_s
+                    .map(duration_text)
+                    .unwrap_or_else(|| "—".into()),
             );
             if let Some(message) = &last.message {
                 let _ = writeln!(html, "<p class=\"muted\">{}</p>", esc(message));
@@ -159,7 +163,7 @@ fn box_section(html: &mut String, hardware: &Value, sku: &str) {
                 html,
                 "<dt>{}</dt><dd>{}</dd>",
                 esc(&label(key)),
-                esc(&value_text(value))
+                esc(&field_text(key, value))
             );
         }
     }
@@ -208,7 +212,10 @@ fn gpu_table(html: &mut String, gpus: &[Value]) {
         html.push_str("<tr>");
         if gpu.is_object() {
             for column in &columns {
-                let text = gpu.get(column).map(value_text).unwrap_or_default();
+                let text = gpu
+                    .get(column)
+                    .map(|v| field_text(column, v))
+                    .unwrap_or_default();
                 let _ = write!(html, "<td>{}</td>", esc(&text));
             }
         } else {
@@ -315,9 +322,34 @@ fn verdict_badge(verdict: Option<&str>) -> String {
     }
 }
 
-/// `pci_address` → `pci address`.
+/// `pci_address` → `pci address`; `memory_bytes` → `memory`.
 fn label(key: &str) -> String {
-    key.replace('_', " ")
+    key.strip_suffix("_bytes").unwrap_or(key).replace('_', " ")
+}
+
+/// A field's value as text; sizes in bytes (`*_bytes`) in binary units.
+fn field_text(key: &str, value: &Value) -> String {
+    match value.as_f64() {
+        Some(n) if key.ends_with("_bytes") => bytes_text(n),
+        _ => value_text(value),
+    }
+}
+
+/// `137438953472` → `128 GiB`.
+fn bytes_text(n: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = n;
+    let mut unit = 0;
+    while value.abs() >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let digits = if value.fract() == 0.0 || unit == 0 {
+        0
+    } else {
+        1
+    };
+    format!("{value:.digits$} {}", UNITS[unit])
 }
 
 /// A JSON value as one line of text.
@@ -455,6 +487,7 @@ mod tests {
         });
         assert!(html.contains("box&lt;1&gt;"));
         assert!(html.contains("EPYC &amp; co"));
+        assert!(html.contains("<dt>memory</dt><dd>128 GiB</dd>"));
         assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
         assert!(!html.contains("<img"));
         assert!(html.contains("odd entry"));
@@ -499,6 +532,10 @@ mod tests {
         assert_eq!(duration_text(185.0), "3 min 05 s");
         assert_eq!(duration_text(7620.0), "2 h 07 min");
         assert_eq!(duration_text(273_600.0), "3 d 4 h");
+        assert_eq!(bytes_text(137_438_953_472.0), "128 GiB");
+        assert_eq!(bytes_text(25_757_220_864.0), "24.0 GiB");
+        assert_eq!(bytes_text(512.0), "512 B");
+        assert_eq!(label("memory_bytes"), "memory");
         assert_eq!(number(6.0), "6");
         assert_eq!(number(12.3456), "12.346");
         assert_eq!(number(0.5), "0.5");
