@@ -18,7 +18,8 @@ pub async fn read_json_bytes(request: Request<Incoming>, limit: usize) -> Result
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
                 format!(
-                    "the body must be application/json, not {}",
+                    "the body must be sent as Content-Type: application/json, not {} \
+                     (with curl: -H 'Content-Type: application/json', or --json)",
                     String::from_utf8_lossy(content_type.as_bytes())
                 ),
             ));
