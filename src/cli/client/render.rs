@@ -143,6 +143,8 @@ pub fn record(r: &RunRecord) -> String {
 fn format_value(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{v:.0}")
+    } else if v.abs() < 1e-3 {
+        format!("{v:.2e}")
     } else if v.abs() >= 100.0 {
         format!("{v:.1}")
     } else {
@@ -199,6 +201,14 @@ mod tests {
     use super::*;
     use crate::suite::record::{Check, Metric, StageResult, Trigger};
     use serde_json::Map;
+
+    #[test]
+    fn values_keep_their_significant_digits() {
+        assert_eq!(format_value(2048.0), "2048");
+        assert_eq!(format_value(294.43), "294.4");
+        assert_eq!(format_value(0.0531), "0.053");
+        assert_eq!(format_value(1.99e-8), "1.99e-8");
+    }
 
     #[test]
     fn durations_read_naturally() {
