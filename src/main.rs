@@ -6,6 +6,7 @@ use tinyperf::agent::config::Config;
 use tinyperf::agent::AgentOptions;
 use tinyperf::cli::args::{AgentArgs, Cli, Command, DetectArgs};
 use tinyperf::cli::client;
+use tinyperf::cli::UsageError;
 
 /// Exit status for usage and configuration errors, as clap uses.
 const EXIT_USAGE: u8 = 2;
@@ -31,11 +32,6 @@ fn main() -> ExitCode {
         }
     }
 }
-
-/// A mistake in how tinyperf was called, reported with exit status 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct UsageError(String);
 
 fn init_logging(agent: bool) {
     let default = if agent { "info" } else { "warn" };

@@ -2,3 +2,8 @@
 
 pub mod args;
 pub mod client;
+
+/// A mistake in how tinyperf was called, reported with exit status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);

@@ -32,4 +32,9 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
     }
     options::validate(suite, options)
 }
+pub mod cpu_gemm;
+pub mod cpu_peak;
+pub mod human;
+pub mod inventory_stage;
 pub mod runner;
+pub mod stage;

@@ -1,0 +1,67 @@
+//! Readable progress for `tinyperf run` at a terminal.
+
+use std::io::{self, Write};
+
+use super::event::WorkerEvent;
+use super::record::Verdict;
+
+pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> {
+    match event {
+        WorkerEvent::RunStarted { suite, stages } => {
+            writeln!(out, "suite {suite}: {}", stages.join(" → "))?
+        }
+        WorkerEvent::Hardware { hardware } => {
+            let sku = hardware.get("sku").and_then(|v| v.as_str()).unwrap_or("?");
+            writeln!(out, "  box: {sku}")?
+        }
+        WorkerEvent::StageStarted {
+            stage,
+            index,
+            total,
+        } => writeln!(out, "[{}/{total}] {stage}", index + 1)?,
+        WorkerEvent::Progress {
+            message: Some(m), ..
+        } => writeln!(out, "  … {m}")?,
+        WorkerEvent::Progress { .. } => {}
+        WorkerEvent::StageFinished { result } => {
+            for m in &result.metrics {
+                writeln!(out, "  {:<24} {:>12.3} {}", m.name, m.value, m.unit)?;
+            }
+            for c in &result.checks {
+                let subject = c
+                    .subject
+                    .as_deref()
+                    .map(|s| format!(" [{s}]"))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "  {:<5} {}{subject}: expected {}, found {}",
+                    c.verdict.as_str().to_uppercase(),
+                    c.name,
+                    c.expected,
+                    c.found
+                )?;
+            }
+            for f in &result.findings {
+                writeln!(out, "  note: {f}")?;
+            }
+            let message = result.message.as_deref().unwrap_or("");
+            let mark = match result.verdict {
+                Verdict::Pass => "PASS",
+                Verdict::Fail => "FAIL",
+                Verdict::Skip => "SKIP",
+                Verdict::Error => "ERROR",
+            };
+            writeln!(out, "  → {mark} {message}")?
+        }
+        WorkerEvent::RunFinished { state, message } => writeln!(
+            out,
+            "run {state}{}",
+            message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        )?,
+    }
+    out.flush()
+}
