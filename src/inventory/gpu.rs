@@ -477,6 +477,54 @@ mod tests {
         assert_eq!(judge_rebar(&gpu, None).state, RebarState::Unknown);
     }
 
+    fn runtime_with(address: &str, memory: u64) -> RuntimeReport {
+        let mut runtime = RuntimeReport::default();
+        runtime.cuda.loaded = true;
+        runtime.cuda.devices.push(crate::runtime::RuntimeDevice {
+            index: 0,
+            name: "NVIDIA GeForce RTX 4090".into(),
+            pci_address: Some(address.into()),
+            memory_bytes: Some(memory),
+            arch: Some("8.9".into()),
+        });
+        runtime
+    }
+
+    #[test]
+    fn vram_comes_from_the_runtime_device_at_the_same_address() {
+        let root =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tinybox-green");
+        let mut findings = Findings::default();
+        let devices = pci::enumerate(&root, &mut findings);
+        let drivers = DriverVersions::default();
+        // NVML spells the domain with eight digits.
+        let runtime = runtime_with("00000000:21:00.0", 25_757_220_864);
+        let gpus = find_gpus(&devices, &drivers, Some(&runtime), &mut findings);
+        assert_eq!(gpus.len(), 6);
+        let with_vram: Vec<_> = gpus.iter().filter(|g| g.vram_bytes.is_some()).collect();
+        assert_eq!(with_vram.len(), 1);
+        assert_eq!(with_vram[0].address.to_string(), "0000:21:00.0");
+        assert_eq!(with_vram[0].vram_source, Some(VramSource::Runtime));
+        assert_eq!(
+            with_vram[0].resizable_bar.basis,
+            "BAR1 is 32 GiB, covering 24.0 GiB of VRAM"
+        );
+        assert!(findings.into_vec().is_empty());
+    }
+
+    #[test]
+    fn in_tree_amdgpu_reports_the_kernel() {
+        let drivers = DriverVersions {
+            kernel: Some("6.8.0-48-generic".into()),
+            ..DriverVersions::default()
+        };
+        assert_eq!(
+            drivers.for_driver("amdgpu").as_deref(),
+            Some("in-tree (kernel 6.8.0-48-generic)")
+        );
+        assert_eq!(drivers.for_driver("nvidia"), None);
+    }
+
     #[test]
     fn nvidia_versions_parse_from_both_modules() {
         assert_eq!(

@@ -222,3 +222,54 @@ pub fn known_skus() -> Vec<&'static str> {
 pub fn is_known_sku(name: &str) -> bool {
     sku::find(name).is_some()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::RuntimeDevice;
+
+    #[test]
+    fn runtime_seeing_fewer_gpus_than_the_bus_is_a_finding() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tinybox-green");
+        let mut findings = Findings::default();
+        let devices = pci::enumerate(&root, &mut findings);
+        let gpus = gpu::find_gpus(
+            &devices,
+            &gpu::DriverVersions::default(),
+            None,
+            &mut findings,
+        );
+        let mut runtime = RuntimeReport::default();
+        runtime.cuda.loaded = true;
+        runtime.cuda.devices = (0..5)
+            .map(|index| RuntimeDevice {
+                index,
+                name: "NVIDIA GeForce RTX 4090".into(),
+                pci_address: None,
+                memory_bytes: None,
+                arch: None,
+            })
+            .collect();
+        compare_runtime_with_bus(&runtime, &gpus, &mut findings);
+        assert_eq!(
+            findings.into_vec(),
+            ["runtime: CUDA reports 5 device(s) but 6 NVIDIA GPU(s) are on the PCI bus"]
+        );
+    }
+
+    #[test]
+    fn unknown_requested_sku_falls_back_to_recognition() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tinybox-red");
+        let report = take(&root, Some("tinybox-blue"), false);
+        assert_eq!(report.sku_name(), "tinybox-red");
+        assert!(report.findings()[0].starts_with("unknown SKU \"tinybox-blue\""));
+        assert_eq!(report.exit_code(), 0);
+        let metrics = report.metrics();
+        let metric = |name: &str| metrics.iter().find(|m| m.name == name).map(|m| m.value);
+        assert_eq!(metric("gpu_count"), Some(6.0));
+        assert_eq!(metric("cpu_cores"), Some(32.0));
+        assert_eq!(metric("nvme_count"), Some(4.0));
+        assert_eq!(metric("gpu_memory_gib").map(|v| v.round()), Some(144.0));
+        assert_eq!(metric("checks_failed"), Some(0.0));
+    }
+}
