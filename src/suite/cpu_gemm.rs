@@ -105,6 +105,21 @@ impl GemmProblem {
     }
 }
 
+/// The widest vector instructions the GEMM kernels can use on this CPU (the `gemm`
+/// crate picks its kernels at run time).
+pub fn simd_level() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            return "AVX-512";
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            return "AVX2+FMA";
+        }
+    }
+    "baseline"
+}
+
 /// Threads the GEMM uses: every CPU this process may run on.
 pub fn usable_cpus() -> usize {
     std::thread::available_parallelism()
@@ -153,6 +168,9 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     stage.metric("calls", calls as f64, "count");
     stage.metric("seconds", elapsed, "s");
     stage.metric("max_relative_error", error, "ratio");
+    stage
+        .findings
+        .push(format!("GEMM kernels: {}", simd_level()));
 
     stage.checks.push(Check {
         name: "gemm result matches a direct computation".into(),

@@ -24,7 +24,13 @@ pub struct Bus {
 impl Bus {
     pub fn start() -> Bus {
         let out = Command::new("dbus-daemon")
-            .args(["--session", "--fork", "--nosyslog", "--print-address=1", "--print-pid=1"])
+            .args([
+                "--session",
+                "--fork",
+                "--nosyslog",
+                "--print-address=1",
+                "--print-pid=1",
+            ])
             .stdin(Stdio::null())
             .output()
             .expect("dbus-daemon runs (apt-get install dbus)");

@@ -1,0 +1,70 @@
+# tinyperf: build, test, run, install, lint, bench.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+CARGO ?= cargo
+DESTDIR ?=
+PREFIX ?= /usr
+RELEASE_BIN := target/release/tinyperf
+DEBUG_BIN := target/debug/tinyperf
+
+# Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
+# udevadm, a C compiler for the fake GPU driver library, curl for HTTP checks.
+TEST_PACKAGES := dbus systemd udev gcc libc6-dev curl util-linux passwd
+
+.PHONY: all build release run test test-deps lint fmt-check clippy bench install image image-test clean
+
+all: build
+
+build:
+	$(CARGO) build
+
+release:
+	$(CARGO) build --release
+
+## Build and run `tinyperf run` on whatever this machine has (the CPU, here).
+run: release
+	$(RELEASE_BIN) run
+
+## Install what the tests need, then run every check and test.
+test: test-deps fmt-check clippy build lint
+	$(CARGO) test --all-targets
+
+test-deps:
+	@missing=""; for p in $(TEST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		if [ "$$(id -u)" -ne 0 ]; then echo "need root to install:$$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@command -v rustfmt >/dev/null || rustup component add rustfmt
+	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
+
+fmt-check:
+	$(CARGO) fmt --check
+
+clippy:
+	$(CARGO) clippy --all-targets -- -D warnings
+
+## Check the unit, D-Bus policy, activation file, sysusers and udev rules.
+lint: build
+	scripts/lint-system-files.sh $(DEBUG_BIN)
+
+## Speed figures: the CPU GEMM stage beside its peak, and HTTP status latency.
+bench: release
+	scripts/bench-gemm.sh $(RELEASE_BIN)
+	scripts/bench-http.sh $(RELEASE_BIN)
+
+install: release
+	install -Dm755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/tinyperf
+	install -Dm644 systemd/tinyperf.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf.service
+	install -Dm644 systemd/org.tinyperf.Agent1.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.tinyperf.Agent1.conf
+	install -Dm644 systemd/org.tinyperf.Agent1.service $(DESTDIR)$(PREFIX)/share/dbus-1/system-services/org.tinyperf.Agent1.service
+	install -Dm644 systemd/tinyperf.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/tinyperf.conf
+	install -Dm644 udev/70-tinyperf.rules $(DESTDIR)$(PREFIX)/lib/udev/rules.d/70-tinyperf.rules
+	install -Dm644 systemd/tinyperf.toml $(DESTDIR)/etc/tinyperf/tinyperf.toml
+
+image image-test:
+	@echo "make $@: the OS image recipe is not implemented yet" >&2; exit 1
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,226 @@
+//! The agent process end to end: boot suite, durable store, SIGKILL recovery, and
+//! configuration errors at start.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{read_record, tinyperf_exe, wait_for, Agent, AgentDirs, Bus};
+
+fn only_run_id(state_dir: &std::path::Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(state_dir.join("runs"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+fn set_boot_suite(dirs: &AgentDirs, suite: Option<&str>) {
+    let text = std::fs::read_to_string(dirs.config()).unwrap();
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with("boot_suite"))
+        .map(str::to_string)
+        .collect();
+    if let Some(s) = suite {
+        lines.push(format!("boot_suite = \"{s}\""));
+    }
+    std::fs::write(dirs.config(), lines.join("\n") + "\n").unwrap();
+}
+
+fn processes_mentioning(needle: &str) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(needle) {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+#[test]
+fn sigkill_during_a_run_leaves_it_interrupted_and_keeps_earlier_runs() {
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("");
+    let state = dirs.state_dir();
+
+    // A finished run first.
+    set_boot_suite(&dirs, Some("inventory"));
+    let mut agent = Agent::start(&bus, &dirs);
+    let first = wait_for(Duration::from_secs(30), "the boot run to finish", || {
+        let ids = only_run_id(&state);
+        let id = ids.first()?.clone();
+        let r = read_record(&state, &id)?;
+        (r["state"] != "running").then_some(id)
+    });
+    agent.stop();
+    let first_bytes = std::fs::read(state.join("runs").join(&first).join("run.json")).unwrap();
+    let first_record = read_record(&state, &first).unwrap();
+    assert_eq!(first_record["trigger"], "boot");
+    assert_eq!(first_record["suite"], "inventory");
+    assert_eq!(first_record["stages"][0]["name"], "inventory");
+
+    // A long run, killed in the middle.
+    set_boot_suite(&dirs, Some("acceptance"));
+    let mut agent = Agent::start(&bus, &dirs);
+    let second = wait_for(
+        Duration::from_secs(30),
+        "the second run's first stage",
+        || {
+            let id = only_run_id(&state).into_iter().find(|id| *id != first)?;
+            let r = read_record(&state, &id)?;
+            (r["stages"].as_array()?.len() == 1 && r["state"] == "running").then_some(id)
+        },
+    );
+    agent.kill();
+    // The worker must not outlive the agent.
+    wait_for(
+        Duration::from_secs(10),
+        "the worker to die with the agent",
+        || processes_mentioning(&second).is_empty().then_some(()),
+    );
+    assert_eq!(read_record(&state, &second).unwrap()["state"], "running");
+
+    // Restart: the killed run is interrupted, the earlier one untouched.
+    set_boot_suite(&dirs, None);
+    let mut agent = Agent::start(&bus, &dirs);
+    let record = read_record(&state, &second).unwrap();
+    assert_eq!(record["state"], "interrupted");
+    assert!(record["finished_at"].is_string());
+    assert_eq!(
+        std::fs::read(state.join("runs").join(&first).join("run.json")).unwrap(),
+        first_bytes
+    );
+    let log = agent.stop();
+    assert!(log.contains("marked interrupted"), "{log}");
+}
+
+#[test]
+fn a_corrupt_record_is_skipped_and_the_agent_serves() {
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("");
+    let bad = dirs.state_dir().join("runs").join("20260101-000000-abcdef");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("run.json"), b"{\"id\": \"20260101-000000-ab").unwrap();
+    let mut agent = Agent::start(&bus, &dirs);
+    let log = agent.stop();
+    assert!(log.contains("skipping unreadable run record"), "{log}");
+    // Nothing was lost: the bad record is still there for an operator to look at.
+    assert!(bad.join("run.json").exists());
+}
+
+#[test]
+fn bad_configuration_stops_the_agent_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, needle) in [
+        ("colour = \"red\"\n", "unknown field `colour`"),
+        ("listen = \"nowhere\"\n", "not an ADDRESS:PORT"),
+        ("boot_suite = \"fastest\"\n", "not a suite"),
+    ] {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(tinyperf_exe())
+            .args(["agent", "--bus", "unix:path=/nonexistent", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle) && err.contains("bad.toml"), "{err}");
+    }
+    let out = Command::new(tinyperf_exe())
+        .args(["agent", "--config", "/nonexistent/tinyperf.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/tinyperf.toml"));
+}
+
+#[test]
+fn run_with_a_state_dir_records_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(tinyperf_exe())
+        .args(["run", "inventory", "--events", "jsonl", "--state-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.first().unwrap()["event"], "run_started");
+    assert_eq!(events.last().unwrap()["event"], "run_finished");
+    let ids = only_run_id(dir.path());
+    assert_eq!(ids.len(), 1);
+    let record = read_record(dir.path(), &ids[0]).unwrap();
+    assert_eq!(record["state"], "passed");
+    assert_eq!(record["trigger"], "cli");
+    assert!(record["hardware"].is_object());
+}
+
+#[test]
+fn run_rejects_unknown_suites_and_options_with_usage_errors() {
+    for args in [
+        vec!["run", "fastest"],
+        vec!["run", "smoke"],
+        vec!["run", "inventory", "-o", "x=1"],
+        vec!["run", "acceptance", "-o", "gemm_size=3"],
+        vec!["run", "acceptance", "--options-json", "[1]"],
+    ] {
+        let out = Command::new(tinyperf_exe()).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!out.stderr.is_empty());
+    }
+}
+
+#[test]
+fn a_cancelled_worker_reports_cancelled() {
+    let mut child = Command::new(tinyperf_exe())
+        .args([
+            "run",
+            "acceptance",
+            "--events",
+            "jsonl",
+            "-o",
+            "gemm_seconds=30",
+            "-o",
+            "gemm_size=256",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    unsafe {
+        kill(child.id() as i32, 15);
+    }
+    let status = child.wait().unwrap();
+    let lines = reader.join().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let last: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(last["event"], "run_finished");
+    assert_eq!(last["state"], "cancelled");
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
