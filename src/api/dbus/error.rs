@@ -1,0 +1,56 @@
+//! The named errors of `org.tinyperf.Agent1`, shared by the service and its proxy.
+
+use crate::agent::AgentError;
+
+/// Errors the agent answers method calls with, named `org.tinyperf.Agent1.Error.*`.
+/// On the client side, any other D-Bus error arrives as [`Agent1Error::ZBus`].
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.tinyperf.Agent1.Error")]
+pub enum Agent1Error {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    /// A run is in progress; the description names it.
+    Busy(String),
+    /// No run has that id.
+    NotFound(String),
+    /// An unknown suite, option, or option value.
+    InvalidArgs(String),
+    /// Something broke inside the agent.
+    Internal(String),
+}
+
+impl From<AgentError> for Agent1Error {
+    fn from(e: AgentError) -> Self {
+        let description = e.to_string();
+        match e {
+            AgentError::Busy(_) => Agent1Error::Busy(description),
+            AgentError::NotFound(_) => Agent1Error::NotFound(description),
+            AgentError::InvalidArgs(_) => Agent1Error::InvalidArgs(description),
+            AgentError::Internal(_) => Agent1Error::Internal(description),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zbus::DBusError;
+
+    #[test]
+    fn agent_errors_get_their_names() {
+        for (e, name) in [
+            (AgentError::Busy("r1".into()), "Busy"),
+            (AgentError::NotFound("r2".into()), "NotFound"),
+            (AgentError::InvalidArgs("x".into()), "InvalidArgs"),
+            (AgentError::Internal("y".into()), "Internal"),
+        ] {
+            let text = e.to_string();
+            let dbus = Agent1Error::from(e);
+            assert_eq!(
+                dbus.name().as_str(),
+                format!("org.tinyperf.Agent1.Error.{name}")
+            );
+            assert_eq!(dbus.description(), Some(text.as_str()));
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The exported object: methods and properties of `org.tinyperf.Agent1`, answered
+//! from the agent handle.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use zbus::object_server::SignalEmitter;
+use zbus::OwnedVariant;
+
+use super::error::Agent1Error;
+use super::options::options_from_dbus;
+use crate::agent::AgentHandle;
+use crate::suite::record::Trigger;
+
+/// The agent as exported on the bus.
+pub struct AgentInterface {
+    handle: AgentHandle,
+}
+
+impl AgentInterface {
+    pub fn new(handle: AgentHandle) -> Self {
+        AgentInterface { handle }
+    }
+}
+
+fn to_json(value: &impl Serialize) -> Result<String, Agent1Error> {
+    serde_json::to_string(value)
+        .map_err(|e| Agent1Error::Internal(format!("cannot encode the answer as JSON: {e}")))
+}
+
+#[zbus::interface(name = "org.tinyperf.Agent1")]
+impl AgentInterface {
+    /// Starts a run of `suite` (`inventory`, `acceptance`, `smoke`, `mlperf-resnet`)
+    /// with suite options (numbers, strings, booleans) and returns its id.
+    async fn start(
+        &self,
+        suite: String,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<String, Agent1Error> {
+        let options = options_from_dbus(options).map_err(Agent1Error::InvalidArgs)?;
+        Ok(self.handle.start(&suite, options, Trigger::Dbus).await?)
+    }
+
+    /// Cancels the run in progress with this id.
+    async fn cancel(&self, run_id: String) -> Result<(), Agent1Error> {
+        Ok(self.handle.cancel(&run_id).await?)
+    }
+
+    /// One run's full record as JSON.
+    async fn get_run(&self, run_id: String) -> Result<String, Agent1Error> {
+        to_json(&self.handle.get_run(&run_id)?)
+    }
+
+    /// Up to `limit` run records as a JSON array, newest first; 0 means all of them.
+    async fn list_runs(&self, limit: u32) -> Result<String, Agent1Error> {
+        let limit = if limit == 0 {
+            usize::MAX
+        } else {
+            limit as usize
+        };
+        to_json(&self.handle.list_runs(limit))
+    }
+
+    /// Takes the hardware inventory again and returns it as JSON.
+    async fn rescan(&self) -> Result<String, Agent1Error> {
+        to_json(&self.handle.rescan().await?)
+    }
+
+    /// `idle` or `running`.
+    #[zbus(property)]
+    async fn state(&self) -> String {
+        self.handle.status().state.as_str().to_string()
+    }
+
+    /// The id of the run in progress; empty when idle.
+    #[zbus(property)]
+    async fn current_run(&self) -> String {
+        self.handle.status().current_run.unwrap_or_default()
+    }
+
+    /// The stage the current run is in; empty when idle or between stages.
+    #[zbus(property)]
+    async fn current_stage(&self) -> String {
+        self.handle.status().current_stage.unwrap_or_default()
+    }
+
+    /// Progress of the current stage, 0..1; 0 when idle.
+    #[zbus(property)]
+    async fn progress(&self) -> f64 {
+        self.handle.status().progress
+    }
+
+    /// The last finished run in brief, as JSON; empty when no run has finished yet.
+    #[zbus(property)]
+    async fn last_run(&self) -> String {
+        self.handle
+            .status()
+            .last_run
+            .and_then(|brief| serde_json::to_string(&brief).ok())
+            .unwrap_or_default()
+    }
+
+    /// The hardware inventory as JSON.
+    #[zbus(property)]
+    async fn hardware(&self) -> String {
+        serde_json::to_string(&self.handle.hardware()).unwrap_or_else(|_| "{}".to_string())
+    }
+
+    /// The SKU the box was recognised as, or `unrecognised`.
+    #[zbus(property)]
+    async fn sku(&self) -> String {
+        self.handle.sku()
+    }
+
+    /// The agent's version.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn version(&self) -> String {
+        crate::VERSION.to_string()
+    }
+
+    /// A run started.
+    #[zbus(signal)]
+    pub async fn run_started(
+        emitter: &SignalEmitter<'_>,
+        run_id: &str,
+        suite: &str,
+    ) -> zbus::Result<()>;
+
+    /// A stage finished with a verdict (`pass`, `fail`, `skip`, `error`).
+    #[zbus(signal)]
+    pub async fn stage_finished(
+        emitter: &SignalEmitter<'_>,
+        run_id: &str,
+        stage: &str,
+        verdict: &str,
+    ) -> zbus::Result<()>;
+
+    /// A run ended in `state` (`passed`, `failed`, `error`, `cancelled`) with an
+    /// overall verdict.
+    #[zbus(signal)]
+    pub async fn run_finished(
+        emitter: &SignalEmitter<'_>,
+        run_id: &str,
+        state: &str,
+        verdict: &str,
+    ) -> zbus::Result<()>;
+}
