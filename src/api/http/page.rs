@@ -17,20 +17,26 @@ use crate::suite::record::RunRecord;
 const STYLE: &str = include_str!("page.css");
 const SCRIPT: &str = include_str!("page.js");
 
-/// Most columns shown for the GPU table; further keys stay in the JSON.
-const MAX_GPU_COLUMNS: usize = 9;
-/// Keys shown first in the GPU table when present, in this order.
-const GPU_KEY_ORDER: &[&str] = &[
+/// Most columns in a device table; further keys stay in the JSON.
+const MAX_COLUMNS: usize = 9;
+/// Columns of the GPU table, in this order, when the inventory has them.
+const GPU_COLUMNS: &[&str] = &[
     "index",
-    "name",
-    "model",
-    "vendor",
-    "pci_address",
     "address",
+    "pci_address",
+    "model",
+    "name",
+    "driver",
+    "driver_version",
+    "vram_bytes",
     "memory_bytes",
-    "memory",
     "link",
+    "path_link",
+    "resizable_bar",
+    "numa_node",
 ];
+/// Columns of the NVMe table, likewise.
+const NVME_COLUMNS: &[&str] = &["name", "model", "address", "transport", "link"];
 
 /// What the page shows.
 pub struct PageData<'a> {
@@ -149,7 +155,18 @@ fn current_section(html: &mut String, d: &PageData<'_>) {
 
 fn box_section(html: &mut String, hardware: &Value, sku: &str) {
     html.push_str("<section id=\"box\">\n<h2>This box</h2>\n<dl class=\"facts\">\n");
-    let _ = writeln!(html, "<dt>SKU</dt><dd>{}</dd>", esc(sku));
+    let _ = write!(html, "<dt>SKU</dt><dd>{}", esc(sku));
+    if let Some(title) = hardware.get("sku_title").and_then(Value::as_str) {
+        let _ = write!(html, " <span class=\"muted\">({})</span>", esc(title));
+    }
+    html.push_str("</dd>\n");
+    if let Some(verdict) = hardware.get("verdict").and_then(Value::as_str) {
+        let _ = writeln!(
+            html,
+            "<dt>Verdict</dt><dd>{}</dd>",
+            verdict_badge(Some(verdict))
+        );
+    }
     let gpus = hardware.get("gpus").and_then(Value::as_array);
     let _ = writeln!(
         html,
@@ -169,7 +186,14 @@ fn box_section(html: &mut String, hardware: &Value, sku: &str) {
     }
     html.push_str("</dl>\n");
     if let Some(gpus) = gpus.filter(|g| !g.is_empty()) {
-        gpu_table(html, gpus);
+        device_table(html, "GPUs", gpus, GPU_COLUMNS);
+    }
+    if let Some(drives) = hardware
+        .get("nvme")
+        .and_then(Value::as_array)
+        .filter(|d| !d.is_empty())
+    {
+        device_table(html, "NVMe drives", drives, NVME_COLUMNS);
     }
     let findings: Vec<&str> = hardware
         .get("findings")
@@ -186,33 +210,35 @@ fn box_section(html: &mut String, hardware: &Value, sku: &str) {
     html.push_str("</section>\n");
 }
 
-fn gpu_table(html: &mut String, gpus: &[Value]) {
-    let mut columns: Vec<String> = Vec::new();
-    for key in GPU_KEY_ORDER {
-        if gpus.iter().any(|g| g.get(key).is_some()) {
-            columns.push((*key).to_string());
-        }
-    }
-    for gpu in gpus {
-        if let Some(object) = gpu.as_object() {
-            for key in object.keys() {
+/// A table of devices: the `preferred` columns the items have, or else every key
+/// they have.
+fn device_table(html: &mut String, title: &str, items: &[Value], preferred: &[&str]) {
+    let has = |key: &str| items.iter().any(|item| item.get(key).is_some());
+    let mut columns: Vec<String> = preferred
+        .iter()
+        .filter(|key| has(key))
+        .map(|key| key.to_string())
+        .collect();
+    if columns.is_empty() {
+        for item in items {
+            for key in item.as_object().into_iter().flat_map(|o| o.keys()) {
                 if !columns.contains(key) {
                     columns.push(key.clone());
                 }
             }
         }
     }
-    columns.truncate(MAX_GPU_COLUMNS);
-    html.push_str("<h3>GPUs</h3>\n<table>\n<thead><tr>");
+    columns.truncate(MAX_COLUMNS);
+    let _ = write!(html, "<h3>{}</h3>\n<table>\n<thead><tr>", esc(title));
     for column in &columns {
         let _ = write!(html, "<th>{}</th>", esc(&label(column)));
     }
     html.push_str("</tr></thead>\n<tbody>\n");
-    for gpu in gpus {
+    for item in items {
         html.push_str("<tr>");
-        if gpu.is_object() {
+        if item.is_object() {
             for column in &columns {
-                let text = gpu
+                let text = item
                     .get(column)
                     .map(|v| field_text(column, v))
                     .unwrap_or_default();
@@ -223,7 +249,7 @@ fn gpu_table(html: &mut String, gpus: &[Value]) {
                 html,
                 "<td colspan=\"{}\">{}</td>",
                 columns.len().max(1),
-                esc(&value_text(gpu))
+                esc(&value_text(item))
             );
         }
         html.push_str("</tr>\n");
@@ -265,7 +291,12 @@ fn checks_section(html: &mut String, hardware: &Value) {
             .unwrap_or_default();
         let _ = writeln!(
             html,
-            "<tr><td>{}</td><td class=\"mono\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr{}><td>{}</td><td class=\"mono\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            if check.get("verdict").and_then(Value::as_str) == Some("fail") {
+                " class=\"failed\""
+            } else {
+                ""
+            },
             esc(&field(check, "name")),
             esc(&subject),
             esc(&field(check, "expected")),
@@ -327,12 +358,36 @@ fn label(key: &str) -> String {
     key.strip_suffix("_bytes").unwrap_or(key).replace('_', " ")
 }
 
-/// A field's value as text; sizes in bytes (`*_bytes`) in binary units.
+/// A field's value as text: sizes in bytes (`*_bytes`) in binary units, PCIe links
+/// as `16.0 GT/s x16`, objects with a `state` as that state.
 fn field_text(key: &str, value: &Value) -> String {
-    match value.as_f64() {
-        Some(n) if key.ends_with("_bytes") => bytes_text(n),
+    match value {
+        Value::Number(n) if key.ends_with("_bytes") => {
+            n.as_f64().map(bytes_text).unwrap_or_else(|| n.to_string())
+        }
+        Value::Object(map) => link_text(map)
+            .or_else(|| map.get("state").and_then(Value::as_str).map(String::from))
+            .unwrap_or_else(|| value_text(value)),
         _ => value_text(value),
     }
+}
+
+/// A PCIe link object (`current_speed_gts`/`current_width`, or `speed_gts`/`width`),
+/// with its maximum when the link runs below it.
+fn link_text(map: &serde_json::Map<String, Value>) -> Option<String> {
+    let number = |a: &str, b: &str| map.get(a).or_else(|| map.get(b)).and_then(Value::as_f64);
+    let speed = number("current_speed_gts", "speed_gts")?;
+    let width = number("current_width", "width")?;
+    let mut text = format!("{speed:.1} GT/s x{width}");
+    let max_speed = number("max_speed_gts", "capable_speed_gts").unwrap_or(speed);
+    let max_width = number("max_width", "capable_width").unwrap_or(width);
+    if max_speed > speed || max_width > width {
+        text.push_str(&format!(" (max {max_speed:.1} GT/s x{max_width})"));
+    }
+    if let Some(limited_at) = map.get("limited_at").and_then(Value::as_str) {
+        text.push_str(&format!(", limited at {limited_at}"));
+    }
+    Some(text)
 }
 
 /// `137438953472` → `128 GiB`.
@@ -524,6 +579,60 @@ mod tests {
             assert!(html.contains("data-run=\"20261129-210512-3fa9c2\""));
             assert!(html.ends_with("</html>\n"));
         }
+    }
+
+    /// The page over what the real inventory finds in a fixture tree of a tinybox red.
+    #[test]
+    fn renders_the_inventory_of_a_fixture_box() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/red-link-x8-behind-switch");
+        let report = crate::inventory::take(&root, None, false);
+        let hardware = serde_json::to_value(&report).unwrap();
+        let st = status(AgentState::Idle);
+        let html = render(&PageData {
+            status: &st,
+            hardware: &hardware,
+            runs: &[],
+            current: None,
+            now: Utc::now(),
+        });
+        let gpu_table = html
+            .split("<h3>GPUs</h3>")
+            .nth(1)
+            .and_then(|rest| rest.split("</table>").next())
+            .expect("a GPU table");
+        assert_eq!(gpu_table.matches("<tr>").count(), 7, "{gpu_table}");
+        assert_eq!(gpu_table.matches("<td>Radeon RX 7900 XTX</td>").count(), 6);
+        assert!(html.contains("<td>24.0 GiB</td>"));
+        assert!(html.contains("16.0 GT/s x16"));
+        assert!(html.contains("<th>path link</th>"));
+        assert!(html.contains("x8, limited at"));
+        assert!(html.contains("<tr class=\"failed\"><td>gpu_link</td>"));
+        assert!(html.contains("<h3>NVMe drives</h3>"));
+        assert!(html.contains("<span class=\"badge fail\">fail</span>"));
+        let checks = hardware["checks"].as_array().unwrap();
+        let passed = checks.iter().filter(|c| c["verdict"] == "pass").count();
+        assert!(passed < checks.len());
+        assert!(html.contains(&format!("{passed} of {} checks pass.", checks.len())));
+    }
+
+    #[test]
+    fn links_read_as_speed_and_width() {
+        let link = json!({"current_speed_gts": 16.0, "current_width": 8, "max_speed_gts": 16.0, "max_width": 16});
+        assert_eq!(
+            field_text("link", &link),
+            "16.0 GT/s x8 (max 16.0 GT/s x16)"
+        );
+        let path =
+            json!({"speed_gts": 32.0, "width": 16, "capable_speed_gts": 32.0, "limited_at": null});
+        assert_eq!(field_text("path_link", &path), "32.0 GT/s x16");
+        let narrowed = json!({"speed_gts": 16.0, "width": 8, "limited_at": "0000:41:00.0"});
+        assert_eq!(
+            field_text("path_link", &narrowed),
+            "16.0 GT/s x8, limited at 0000:41:00.0"
+        );
+        let rebar = json!({"state": "off", "basis": "BAR0 is 256 MiB"});
+        assert_eq!(field_text("resizable_bar", &rebar), "off");
     }
 
     #[test]
