@@ -1,0 +1,3 @@
+//! The training engine.
+
+pub mod data;
