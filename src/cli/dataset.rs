@@ -134,4 +134,3 @@ fn bench_loader(args: &DatasetBenchArgs) -> anyhow::Result<i32> {
     }
     Ok(0)
 }
-

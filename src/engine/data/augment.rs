@@ -105,9 +105,15 @@ impl TrainTransform {
     pub fn centre_fallback(&self, width: usize, height: usize) -> CropRect {
         let in_ratio = width as f64 / height as f64;
         let (w, h) = if in_ratio < self.ratio.0 {
-            (width, ((width as f64 / self.ratio.0).round() as usize).max(1))
+            (
+                width,
+                ((width as f64 / self.ratio.0).round() as usize).max(1),
+            )
         } else if in_ratio > self.ratio.1 {
-            (((height as f64 * self.ratio.1).round() as usize).max(1), height)
+            (
+                ((height as f64 * self.ratio.1).round() as usize).max(1),
+                height,
+            )
         } else {
             (width, height)
         };
@@ -306,7 +312,8 @@ fn resample(image: &RgbImage, job: &Resample, out: &mut [f32]) {
                 if w == 0.0 {
                     continue;
                 }
-                let src = &rows[(first + k - y_first) * row_len..(first + k - y_first + 1) * row_len];
+                let src =
+                    &rows[(first + k - y_first) * row_len..(first + k - y_first + 1) * row_len];
                 for (o, s) in out_row.iter_mut().zip(src) {
                     *o += w * s;
                 }
@@ -328,7 +335,11 @@ mod tests {
         let mut pixels = Vec::with_capacity(width * height * 3);
         for y in 0..height {
             for x in 0..width {
-                pixels.extend_from_slice(&[(x % 256) as u8, (y % 256) as u8, ((x * 7 + y * 3) % 256) as u8]);
+                pixels.extend_from_slice(&[
+                    (x % 256) as u8,
+                    (y % 256) as u8,
+                    ((x * 7 + y * 3) % 256) as u8,
+                ]);
             }
         }
         RgbImage {
@@ -345,7 +356,12 @@ mod tests {
         resample(
             &img,
             &Resample {
-                bounds: CropRect { x: 0, y: 0, width: 40, height: 30 },
+                bounds: CropRect {
+                    x: 0,
+                    y: 0,
+                    width: 40,
+                    height: 30,
+                },
                 origin: (0.0, 0.0),
                 scale: (1.0, 1.0),
                 out_width: 40,

@@ -128,7 +128,10 @@ mod tests {
     #[test]
     fn rejects_what_is_not_a_jpeg() {
         assert_eq!(decode_jpeg(&[]), Err(DecodeError::Empty));
-        assert_eq!(decode_jpeg(b"\x89PNG\r\n\x1a\n...."), Err(DecodeError::NotJpeg));
+        assert_eq!(
+            decode_jpeg(b"\x89PNG\r\n\x1a\n...."),
+            Err(DecodeError::NotJpeg)
+        );
         assert_eq!(
             decode_jpeg(&[0xFF, 0xD8, 0xFF, 0xDA, 0x00, 0x01]),
             Err(DecodeError::Truncated)

@@ -11,7 +11,9 @@ pub enum DataError {
     Missing(PathBuf),
     #[error("dataset path {0} is not a folder")]
     NotAFolder(PathBuf),
-    #[error("dataset folder {root} has no {split}/ split (expected {root}/{split}/<class>/*.JPEG)")]
+    #[error(
+        "dataset folder {root} has no {split}/ split (expected {root}/{split}/<class>/*.JPEG)"
+    )]
     NoSplit { root: PathBuf, split: &'static str },
     #[error("split folder {0} has no class folders")]
     NoClasses(PathBuf),

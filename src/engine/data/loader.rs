@@ -88,7 +88,9 @@ impl LoaderConfig {
         }
         let (lo, hi) = self.crop_scale;
         if !(lo > 0.0 && lo <= hi && hi <= 1.0) {
-            return bad(format!("crop scale ({lo}, {hi}) is not within 0 < min <= max <= 1"));
+            return bad(format!(
+                "crop scale ({lo}, {hi}) is not within 0 < min <= max <= 1"
+            ));
         }
         Ok(())
     }

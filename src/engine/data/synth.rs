@@ -20,7 +20,12 @@ use super::rng::SampleRng;
 const SHAPES: [&str; 6] = ["circle", "square", "triangle", "cross", "ring", "diamond"];
 const TEXTURES: [&str; 3] = ["solid", "stripes", "checker"];
 /// Hue family centres in degrees: red, green, blue, yellow.
-const HUES: [(&str, f64); 4] = [("red", 0.0), ("green", 120.0), ("blue", 230.0), ("yellow", 55.0)];
+const HUES: [(&str, f64); 4] = [
+    ("red", 0.0),
+    ("green", 120.0),
+    ("blue", 230.0),
+    ("yellow", 55.0),
+];
 const COMBINATIONS: usize = SHAPES.len() * TEXTURES.len() * HUES.len();
 const SYNTH_STREAM: u64 = 3;
 /// Written last into a finished dataset; its presence means the dataset is complete.
@@ -55,16 +60,25 @@ impl SynthSpec {
     pub fn validate(&self) -> Result<(), DataError> {
         let bad = |m: String| Err(DataError::InvalidSpec(m));
         if self.classes == 0 || self.classes > COMBINATIONS {
-            return bad(format!("classes must be in 1..={COMBINATIONS}, not {}", self.classes));
+            return bad(format!(
+                "classes must be in 1..={COMBINATIONS}, not {}",
+                self.classes
+            ));
         }
         if self.per_class == 0 || self.val_per_class == 0 {
             return bad("each class needs at least one train and one val image".into());
         }
         if !(16..=2048).contains(&self.size) {
-            return bad(format!("image size must be in 16..=2048, not {}", self.size));
+            return bad(format!(
+                "image size must be in 16..=2048, not {}",
+                self.size
+            ));
         }
         if !(1..=100).contains(&self.quality) {
-            return bad(format!("JPEG quality must be in 1..=100, not {}", self.quality));
+            return bad(format!(
+                "JPEG quality must be in 1..=100, not {}",
+                self.quality
+            ));
         }
         Ok(())
     }
@@ -80,7 +94,10 @@ impl SynthSpec {
     /// The folder name of class `k`: sorted order is class order.
     pub fn class_name(k: usize) -> String {
         let (shape, texture, hue) = class_look(k);
-        format!("c{k:03}-{}-{}-{}", SHAPES[shape], TEXTURES[texture], HUES[hue].0)
+        format!(
+            "c{k:03}-{}-{}-{}",
+            SHAPES[shape], TEXTURES[texture], HUES[hue].0
+        )
     }
 }
 
@@ -194,7 +211,9 @@ fn generate_into(root: &Path, spec: &SynthSpec) -> Result<SynthSummary, DataErro
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(DataError::InvalidSpec("image generator thread panicked".into()))
+                    Err(DataError::InvalidSpec(
+                        "image generator thread panicked".into(),
+                    ))
                 })
             })
             .collect()
@@ -204,7 +223,8 @@ fn generate_into(root: &Path, spec: &SynthSpec) -> Result<SynthSummary, DataErro
         bytes += r?;
     }
     let spec_path = root.join(SPEC_FILE);
-    let json = serde_json::to_vec_pretty(spec).map_err(|e| DataError::InvalidSpec(e.to_string()))?;
+    let json =
+        serde_json::to_vec_pretty(spec).map_err(|e| DataError::InvalidSpec(e.to_string()))?;
     fs::write(&spec_path, json).map_err(|e| DataError::io(&spec_path, e))?;
     Ok(SynthSummary {
         root: root.to_path_buf(),
@@ -225,14 +245,20 @@ fn write_class(
     let dir = root.join(split).join(SynthSpec::class_name(k));
     let mut bytes = 0;
     for i in 0..count {
-        let mut rng = SampleRng::derive(spec.seed, SYNTH_STREAM, split_id, ((k as u64) << 32) | i as u64);
+        let mut rng = SampleRng::derive(
+            spec.seed,
+            SYNTH_STREAM,
+            split_id,
+            ((k as u64) << 32) | i as u64,
+        );
         let pixels = render(k, spec.size, &mut rng);
         let path = dir.join(format!("{split}_{k:03}_{i:05}.JPEG"));
-        let jpeg = encode_jpeg(&pixels, spec.size, spec.size, spec.quality)
-            .map_err(|message| DataError::Encode {
+        let jpeg = encode_jpeg(&pixels, spec.size, spec.size, spec.quality).map_err(|message| {
+            DataError::Encode {
                 path: path.clone(),
                 message,
-            })?;
+            }
+        })?;
         bytes += jpeg.len() as u64;
         fs::write(&path, jpeg).map_err(|e| DataError::io(&path, e))?;
     }
@@ -240,7 +266,12 @@ fn write_class(
 }
 
 /// Encode 8-bit RGB pixels as a baseline JPEG.
-pub fn encode_jpeg(pixels: &[u8], width: usize, height: usize, quality: u8) -> Result<Vec<u8>, String> {
+pub fn encode_jpeg(
+    pixels: &[u8],
+    width: usize,
+    height: usize,
+    quality: u8,
+) -> Result<Vec<u8>, String> {
     let w = u16::try_from(width).map_err(|_| format!("width {width} is too large"))?;
     let h = u16::try_from(height).map_err(|_| format!("height {height} is too large"))?;
     let mut out = Vec::new();
@@ -284,10 +315,22 @@ fn inside_shape(shape: usize, u: f64, v: f64) -> bool {
 fn render(k: usize, size: usize, rng: &mut SampleRng) -> Vec<u8> {
     let (shape, texture, hue) = class_look(k);
     let sz = size as f64;
-    let bg_a = hsv(rng.uniform(0.0, 360.0), rng.uniform(0.0, 0.6), rng.uniform(0.25, 0.95));
-    let bg_b = hsv(rng.uniform(0.0, 360.0), rng.uniform(0.0, 0.6), rng.uniform(0.25, 0.95));
+    let bg_a = hsv(
+        rng.uniform(0.0, 360.0),
+        rng.uniform(0.0, 0.6),
+        rng.uniform(0.25, 0.95),
+    );
+    let bg_b = hsv(
+        rng.uniform(0.0, 360.0),
+        rng.uniform(0.0, 0.6),
+        rng.uniform(0.25, 0.95),
+    );
     let bg_angle = rng.uniform(0.0, std::f64::consts::TAU);
-    let fg = hsv(HUES[hue].1 + rng.uniform(-20.0, 20.0), rng.uniform(0.55, 1.0), rng.uniform(0.55, 1.0));
+    let fg = hsv(
+        HUES[hue].1 + rng.uniform(-20.0, 20.0),
+        rng.uniform(0.55, 1.0),
+        rng.uniform(0.55, 1.0),
+    );
     let radius = sz * rng.uniform(0.22, 0.4);
     let cx = rng.uniform(radius, sz - radius);
     let cy = rng.uniform(radius, sz - radius);
@@ -299,8 +342,17 @@ fn render(k: usize, size: usize, rng: &mut SampleRng) -> Vec<u8> {
     let noise = rng.uniform(4.0, 16.0);
     let clutter: Vec<([f64; 3], f64, f64, f64)> = (0..2 + rng.below(4))
         .map(|_| {
-            let c = hsv(rng.uniform(0.0, 360.0), rng.uniform(0.3, 1.0), rng.uniform(0.3, 1.0));
-            (c, rng.uniform(0.0, sz), rng.uniform(0.0, sz), sz * rng.uniform(0.03, 0.08))
+            let c = hsv(
+                rng.uniform(0.0, 360.0),
+                rng.uniform(0.3, 1.0),
+                rng.uniform(0.3, 1.0),
+            );
+            (
+                c,
+                rng.uniform(0.0, sz),
+                rng.uniform(0.0, sz),
+                sz * rng.uniform(0.03, 0.08),
+            )
         })
         .collect();
     let mut pixels = Vec::with_capacity(size * size * 3);
@@ -323,7 +375,10 @@ fn render(k: usize, size: usize, rng: &mut SampleRng) -> Vec<u8> {
                 let dark = match texture {
                     0 => false,
                     1 => (((fx + fy + phase) / period) as i64) % 2 == 1,
-                    _ => ((((fx + phase) / period) as i64) + (((fy + phase) / period) as i64)) % 2 == 1,
+                    _ => {
+                        ((((fx + phase) / period) as i64) + (((fy + phase) / period) as i64)) % 2
+                            == 1
+                    }
                 };
                 let f = if dark { 0.4 } else { 1.0 };
                 for ch in 0..3 {
@@ -367,13 +422,31 @@ mod tests {
     #[test]
     fn invalid_specs_are_refused() {
         for spec in [
-            SynthSpec { classes: 0, ..SynthSpec::default() },
-            SynthSpec { classes: 73, ..SynthSpec::default() },
-            SynthSpec { size: 8, ..SynthSpec::default() },
-            SynthSpec { val_per_class: 0, ..SynthSpec::default() },
-            SynthSpec { quality: 0, ..SynthSpec::default() },
+            SynthSpec {
+                classes: 0,
+                ..SynthSpec::default()
+            },
+            SynthSpec {
+                classes: 73,
+                ..SynthSpec::default()
+            },
+            SynthSpec {
+                size: 8,
+                ..SynthSpec::default()
+            },
+            SynthSpec {
+                val_per_class: 0,
+                ..SynthSpec::default()
+            },
+            SynthSpec {
+                quality: 0,
+                ..SynthSpec::default()
+            },
         ] {
-            assert!(matches!(spec.validate(), Err(DataError::InvalidSpec(_))), "{spec:?}");
+            assert!(
+                matches!(spec.validate(), Err(DataError::InvalidSpec(_))),
+                "{spec:?}"
+            );
         }
     }
 }
