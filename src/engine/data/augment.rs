@@ -272,56 +272,48 @@ fn resample(image: &RgbImage, job: &Resample, out: &mut [f32]) {
     assert_eq!(out.len(), ow * oh * 3, "output buffer size");
     let xt = axis_taps(b.x, b.x + b.width, job.origin.0, job.scale.0, ow);
     let yt = axis_taps(b.y, b.y + b.height, job.origin.1, job.scale.1, oh);
-    let y_first = yt.start.iter().copied().min().unwrap_or(b.y);
-    let y_end = (0..oh)
-        .map(|i| yt.start[i] + yt.count[i])
+    let x_first = xt.start.iter().copied().min().unwrap_or(b.x);
+    let x_end = (0..ow)
+        .map(|i| xt.start[i] + xt.count[i])
         .max()
-        .unwrap_or(b.y);
-    let row_len = ow * 3;
+        .unwrap_or(b.x);
+    let cols = (x_end - x_first) * 3;
+    let stride = image.width * 3;
     ROWS.with(|rows| {
         let mut rows = rows.borrow_mut();
         rows.clear();
-        rows.resize((y_end - y_first) * row_len, 0.0);
-        // Horizontal pass over the source rows the vertical taps can reach.
-        for (sy, dst_row) in (y_first..y_end).zip(rows.chunks_exact_mut(row_len)) {
-            let src_row = &image.pixels[sy * image.width * 3..(sy + 1) * image.width * 3];
-            for ox in 0..ow {
-                let first = xt.start[ox];
-                let count = xt.count[ox];
-                let weights = &xt.weights[ox * xt.taps..ox * xt.taps + count];
-                let src = &src_row[first * 3..(first + count) * 3];
-                let (mut r, mut g, mut bl) = (0f32, 0f32, 0f32);
-                for (w, p) in weights.iter().zip(src.chunks_exact(3)) {
-                    r += w * f32::from(p[0]);
-                    g += w * f32::from(p[1]);
-                    bl += w * f32::from(p[2]);
+        rows.resize(oh * cols, 0.0);
+        // Vertical pass first, over contiguous spans of bytes (it vectorises), on only
+        // the columns the horizontal taps can reach.
+        for (oy, dst) in rows.chunks_exact_mut(cols).enumerate() {
+            let first = yt.start[oy];
+            for k in 0..yt.count[oy] {
+                let w = yt.weights[oy * yt.taps + k];
+                let row = (first + k) * stride;
+                let src = &image.pixels[row + x_first * 3..row + x_end * 3];
+                for (d, &s) in dst.iter_mut().zip(src) {
+                    *d += w * f32::from(s);
                 }
-                let dx = if job.flip { ow - 1 - ox } else { ox };
-                dst_row[dx * 3] = r;
-                dst_row[dx * 3 + 1] = g;
-                dst_row[dx * 3 + 2] = bl;
             }
         }
-        // Vertical pass, then mean subtraction.
-        for (oy, out_row) in out.chunks_exact_mut(row_len).enumerate() {
-            out_row.fill(0.0);
-            let first = yt.start[oy];
-            let count = yt.count[oy];
-            for k in 0..count {
-                let w = yt.weights[oy * yt.taps + k];
-                if w == 0.0 {
-                    continue;
+        // Horizontal pass, flip and mean subtraction.
+        for (row, out_row) in rows.chunks_exact(cols).zip(out.chunks_exact_mut(ow * 3)) {
+            for ox in 0..ow {
+                let first = xt.start[ox] - x_first;
+                let count = xt.count[ox];
+                let weights = &xt.weights[ox * xt.taps..ox * xt.taps + count];
+                let src = &row[first * 3..(first + count) * 3];
+                let (mut r, mut g, mut bl) = (0f32, 0f32, 0f32);
+                for (w, p) in weights.iter().zip(src.chunks_exact(3)) {
+                    r += w * p[0];
+                    g += w * p[1];
+                    bl += w * p[2];
                 }
-                let src =
-                    &rows[(first + k - y_first) * row_len..(first + k - y_first + 1) * row_len];
-                for (o, s) in out_row.iter_mut().zip(src) {
-                    *o += w * s;
-                }
-            }
-            for px in out_row.chunks_exact_mut(3) {
-                px[0] -= MEAN_RGB[0];
-                px[1] -= MEAN_RGB[1];
-                px[2] -= MEAN_RGB[2];
+                let dx = if job.flip { ow - 1 - ox } else { ox };
+                let px = &mut out_row[dx * 3..dx * 3 + 3];
+                px[0] = r - MEAN_RGB[0];
+                px[1] = g - MEAN_RGB[1];
+                px[2] = bl - MEAN_RGB[2];
             }
         }
     });
