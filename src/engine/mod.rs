@@ -1,3 +1,4 @@
 //! The training engine.
 
 pub mod data;
+pub mod mllog;
