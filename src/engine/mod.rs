@@ -1,1 +1,4 @@
+//! The training engine.
+
+pub mod data;
 pub mod mllog;
