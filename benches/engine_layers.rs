@@ -5,20 +5,39 @@
 
 use std::time::Instant;
 
+use tinyperf::engine::backend::cpu::gemm::{matmul, MatMut, MatRef};
 use tinyperf::engine::backend::{BatchNormBuffers, BatchNormGrads, BatchNormSaved};
 use tinyperf::engine::{Backend, BatchNormParams, Conv2dParams, CpuBackend};
 
-fn median_seconds(repeats: usize, mut f: impl FnMut()) -> f64 {
+/// CPU time of every thread of this process so far, in seconds: on a shared machine the
+/// work per CPU-second is a steadier figure than wall-clock rates.
+fn process_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .sum::<f64>()
+        / 1e9
+}
+
+/// Median wall seconds and median CPU seconds of `repeats` runs after one warm-up.
+fn median_seconds(repeats: usize, mut f: impl FnMut()) -> (f64, f64) {
     f();
-    let mut times: Vec<f64> = (0..repeats)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    let mut wall = Vec::with_capacity(repeats);
+    let mut cpu = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let c = process_cpu_seconds();
+        let t = Instant::now();
+        f();
+        wall.push(t.elapsed().as_secs_f64());
+        cpu.push(process_cpu_seconds() - c);
+    }
+    wall.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
+    (wall[repeats / 2], cpu[repeats / 2])
 }
 
 fn filled(
@@ -60,6 +79,26 @@ fn main() {
     println!(
         "engine layer bench: batch {batch}, {} threads, median of {repeats}",
         backend.threads()
+    );
+    // The machine may be shared: a plain GEMM measured now is the yardstick for the rest.
+    let n = 1024;
+    let a = vec![0.5f32; n * n];
+    let bm = vec![0.25f32; n * n];
+    let mut c = vec![0.0f32; n * n];
+    let reference = median_seconds(repeats, || {
+        matmul(
+            MatMut::row_major(&mut c, n, n),
+            MatRef::row_major(&a, n, n),
+            MatRef::row_major(&bm, n, n),
+            false,
+            backend.threads(),
+        )
+    });
+    let reference_gflops = 2.0 * (n as f64).powi(3) / reference.0 / 1e9;
+    println!(
+        "reference {n}³ GEMM on {} threads: {reference_gflops:.1} GFLOP/s wall, {:.1} GFLOP per CPU-second",
+        backend.threads(),
+        2.0 * (n as f64).powi(3) / reference.1 / 1e9
     );
     let cases = [
         Case {
@@ -126,7 +165,7 @@ fn main() {
                     .expect("bwd data")
             })
         } else {
-            0.0
+            (0.0, 0.0)
         };
         let bwd_filter = median_seconds(repeats, || {
             backend
@@ -141,15 +180,18 @@ fn main() {
             }
         };
         println!(
-            "{:<28} {:>9} {:>9} {:>9} {:>9.1}",
+            "{:<28} {:>9} {:>9} {:>9} {:>9.1}   per CPU-second: {:>6} {:>6} {:>6}",
             case.name,
-            rate(fwd),
-            rate(bwd_data),
-            rate(bwd_filter),
-            (fwd + bwd_data + bwd_filter) * 1e3
+            rate(fwd.0),
+            rate(bwd_data.0),
+            rate(bwd_filter.0),
+            (fwd.0 + bwd_data.0 + bwd_filter.0) * 1e3,
+            rate(fwd.1),
+            rate(bwd_data.1),
+            rate(bwd_filter.1),
         );
     }
-    println!("(GFLOP/s per pass)");
+    println!("(GFLOP/s per pass; the reference GEMM reached {reference_gflops:.1})");
 
     let (rows, channels) = (batch * 56 * 56, 256);
     let p = BatchNormParams {
@@ -191,10 +233,10 @@ fn main() {
     let relu = median_seconds(repeats, || backend.relu_forward(&mut y).expect("relu"));
     println!(
         "batch norm {batch}x56x56x256: forward {:.1} ms ({:.1} GB/s), backward {:.1} ms ({:.1} GB/s); relu {:.1} ms",
-        fwd * 1e3,
-        3.0 * bytes / fwd / 1e9,
-        bwd * 1e3,
-        5.0 * bytes / bwd / 1e9,
-        relu * 1e3
+        fwd.0 * 1e3,
+        3.0 * bytes / fwd.0 / 1e9,
+        bwd.0 * 1e3,
+        5.0 * bytes / bwd.0 / 1e9,
+        relu.0 * 1e3
     );
 }

@@ -8,40 +8,56 @@ use crate::engine::backend::BatchNormParams;
 /// Rows per parallel chunk: large enough to amortise the per-chunk partial sums.
 const CHUNK_ROWS: usize = 512;
 
-/// Per-channel Σa and Σa·b over all rows, each chunk reduced separately then summed.
+/// Rows summed in f32 before they are flushed into f64: short enough that f32 rounding
+/// stays near 1e-6 relative, long enough that the inner loop runs on vector registers.
+const BLOCK_ROWS: usize = 64;
+
+/// Per-channel `Σ g(a, b)` and `Σ h(a, b)` over all rows, in blocks of f32 partial sums
+/// reduced in f64, chunks in parallel.
 fn channel_sums(
     channels: usize,
     a: &[f32],
-    b: Option<&[f32]>,
-    shift: Option<&[f32]>,
+    b: &[f32],
+    step: impl Fn(&mut [f32], &mut [f32], &[f32], &[f32]) + Sync,
 ) -> (Vec<f64>, Vec<f64>) {
     let chunk = CHUNK_ROWS * channels;
     let partials: Vec<(Vec<f64>, Vec<f64>)> = a
         .par_chunks(chunk)
-        .enumerate()
-        .map(|(i, a_chunk)| {
-            let mut sum = vec![0.0f64; channels];
-            let mut prod = vec![0.0f64; channels];
-            let b_chunk = b.map(|b| &b[i * chunk..i * chunk + a_chunk.len()]);
-            for (r, a_row) in a_chunk.chunks_exact(channels).enumerate() {
-                let b_row = b_chunk.map_or(a_row, |b| &b[r * channels..(r + 1) * channels]);
-                for c in 0..channels {
-                    let av = a_row[c] as f64;
-                    let bv = b_row[c] as f64 - shift.map_or(0.0, |s| s[c] as f64);
-                    sum[c] += av;
-                    prod[c] += av * bv;
+        .zip(b.par_chunks(chunk))
+        .map(|(a_chunk, b_chunk)| {
+            let mut total1 = vec![0.0f64; channels];
+            let mut total2 = vec![0.0f64; channels];
+            let mut block1 = vec![0.0f32; channels];
+            let mut block2 = vec![0.0f32; channels];
+            let block = BLOCK_ROWS * channels;
+            for (a_block, b_block) in a_chunk.chunks(block).zip(b_chunk.chunks(block)) {
+                block1.fill(0.0);
+                block2.fill(0.0);
+                for (a_row, b_row) in a_block
+                    .chunks_exact(channels)
+                    .zip(b_block.chunks_exact(channels))
+                {
+                    step(&mut block1, &mut block2, a_row, b_row);
                 }
+                total1
+                    .iter_mut()
+                    .zip(&block1)
+                    .for_each(|(t, &v)| *t += v as f64);
+                total2
+                    .iter_mut()
+                    .zip(&block2)
+                    .for_each(|(t, &v)| *t += v as f64);
             }
-            (sum, prod)
+            (total1, total2)
         })
         .collect();
-    let mut sum = vec![0.0f64; channels];
-    let mut prod = vec![0.0f64; channels];
-    for (s, p) in partials {
-        sum.iter_mut().zip(s).for_each(|(a, b)| *a += b);
-        prod.iter_mut().zip(p).for_each(|(a, b)| *a += b);
+    let mut sum1 = vec![0.0f64; channels];
+    let mut sum2 = vec![0.0f64; channels];
+    for (s1, s2) in partials {
+        sum1.iter_mut().zip(s1).for_each(|(a, b)| *a += b);
+        sum2.iter_mut().zip(s2).for_each(|(a, b)| *a += b);
     }
-    (sum, prod)
+    (sum1, sum2)
 }
 
 /// y := x·scale[c] + shift[c], in parallel over row chunks.
@@ -54,8 +70,8 @@ fn affine(channels: usize, x: &[f32], scale: &[f32], shift: &[f32], y: &mut [f32
                 .chunks_exact_mut(channels)
                 .zip(x_chunk.chunks_exact(channels))
             {
-                for c in 0..channels {
-                    y_row[c] = x_row[c] * scale[c] + shift[c];
+                for (((y, &x), &a), &b) in y_row.iter_mut().zip(x_row).zip(scale).zip(shift) {
+                    *y = x * a + b;
                 }
             }
         });
@@ -77,14 +93,23 @@ pub fn forward_train(
     out: TrainOutputs<'_>,
 ) {
     let (rows, channels) = (p.rows as f64, p.channels);
-    // Σx and Σx² about zero in f64 are exact enough for f32 activations.
-    let (sum, sum_sq) = channel_sums(channels, x, None, None);
+    // Sums of d = x − pivot with the first row as pivot: close to the mean, so
+    // E[d²] − E[d]² does not cancel away the variance.
+    let pivot = &x[..channels];
+    let (sum_d, sum_d2) = channel_sums(channels, x, x, |s1, s2, x_row, _| {
+        for (((s1, s2), &v), &c) in s1.iter_mut().zip(s2.iter_mut()).zip(x_row).zip(pivot) {
+            let d = v - c;
+            *s1 += d;
+            *s2 += d * d;
+        }
+    });
     let momentum = p.momentum as f64;
     let mut scale = vec![0.0f32; channels];
     let mut shift = vec![0.0f32; channels];
     for c in 0..channels {
-        let mean = sum[c] / rows;
-        let var = (sum_sq[c] / rows - mean * mean).max(0.0);
+        let mean_d = sum_d[c] / rows;
+        let var = (sum_d2[c] / rows - mean_d * mean_d).max(0.0);
+        let mean = pivot[c] as f64 + mean_d;
         let inv_std = 1.0 / (var + p.eps as f64).sqrt();
         out.saved_mean[c] = mean as f32;
         out.saved_inv_std[c] = inv_std as f32;
@@ -138,7 +163,18 @@ pub fn backward(
     out: BackwardOutputs<'_>,
 ) {
     let (rows, channels) = (p.rows as f64, p.channels);
-    let (sum_dy, sum_dy_xc) = channel_sums(channels, dy, Some(x), Some(saved_mean));
+    let (sum_dy, sum_dy_xc) = channel_sums(channels, dy, x, |s1, s2, dy_row, x_row| {
+        for ((((s1, s2), &g), &v), &m) in s1
+            .iter_mut()
+            .zip(s2.iter_mut())
+            .zip(dy_row)
+            .zip(x_row)
+            .zip(saved_mean)
+        {
+            *s1 += g;
+            *s2 += g * (v - m);
+        }
+    });
     // dx = x·a + dy·g + b per channel, folded so the second pass is one FMA chain.
     let mut g = vec![0.0f32; channels];
     let mut a = vec![0.0f32; channels];
@@ -166,8 +202,14 @@ pub fn backward(
                 .zip(x_chunk.chunks_exact(channels))
                 .zip(dy_chunk.chunks_exact(channels))
             {
-                for c in 0..channels {
-                    dx_row[c] = x_row[c] * a[c] + dy_row[c] * g[c] + b[c];
+                for ((((dx, &xv), &gv), (&ac, &gc)), &bc) in dx_row
+                    .iter_mut()
+                    .zip(x_row)
+                    .zip(dy_row)
+                    .zip(a.iter().zip(&g))
+                    .zip(&b)
+                {
+                    *dx = xv * ac + gv * gc + bc;
                 }
             }
         });
