@@ -20,6 +20,17 @@ impl<B: Backend> Tensor<B> {
         })
     }
 
+    /// A tensor with unspecified contents, for the output of an op (every op overwrites
+    /// its outputs); on the CPU it reuses a dropped buffer of the same size.
+    pub fn alloc(backend: &B, shape: &[usize]) -> Result<Self> {
+        let buffer = backend.alloc(shape.iter().product())?;
+        Ok(Tensor {
+            buffer,
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+        })
+    }
+
     /// Uploads host values laid out in this tensor's order (row-major over `shape`).
     pub fn from_host(backend: &B, shape: &[usize], values: &[f32]) -> Result<Self> {
         let numel: usize = shape.iter().product();
@@ -66,7 +77,7 @@ impl<B: Backend> Tensor<B> {
 
     /// A device-side copy.
     pub fn duplicate(&self, backend: &B) -> Result<Self> {
-        let mut buffer = backend.zeros(self.numel())?;
+        let mut buffer = backend.alloc(self.numel())?;
         backend.copy(&self.buffer, &mut buffer)?;
         Ok(Tensor {
             buffer,

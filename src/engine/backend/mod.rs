@@ -55,6 +55,8 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> String;
 
     // --- memory -------------------------------------------------------------------
+    /// A buffer whose contents are unspecified: for op outputs, which every op overwrites.
+    fn alloc(&self, len: usize) -> Result<Self::Buffer>;
     fn zeros(&self, len: usize) -> Result<Self::Buffer>;
     fn upload(&self, host: &[f32]) -> Result<Self::Buffer>;
     /// The only way data leaves the device: `host` must have the buffer's length.

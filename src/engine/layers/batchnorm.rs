@@ -77,7 +77,7 @@ impl<B: Backend> BatchNorm2d<B> {
 
     pub fn forward(&mut self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = self.params(x)?;
-        let mut y = Tensor::zeros(backend, x.shape())?;
+        let mut y = Tensor::alloc(backend, x.shape())?;
         if self.training {
             backend.batch_norm_forward_train(
                 &p,
@@ -102,7 +102,7 @@ impl<B: Backend> BatchNorm2d<B> {
         }
         let p = self.params(x)?;
         dy.expect_shape("batch_norm backward", "dy", x.shape())?;
-        let mut dx = Tensor::zeros(backend, x.shape())?;
+        let mut dx = Tensor::alloc(backend, x.shape())?;
         backend.batch_norm_backward(
             &p,
             x.buffer(),

@@ -170,7 +170,7 @@ impl<B: Backend> Conv2d<B> {
 
     pub fn forward(&self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = self.params(x)?;
-        let mut y = Tensor::zeros(backend, &[p.batch, p.out_h(), p.out_w(), p.out_c])?;
+        let mut y = Tensor::alloc(backend, &[p.batch, p.out_h(), p.out_w(), p.out_c])?;
         backend.conv2d_forward(&p, x.buffer(), self.weight.buffer(), y.buffer_mut())?;
         Ok(y)
     }
@@ -197,7 +197,7 @@ impl<B: Backend> Conv2d<B> {
         if !self.needs_input_grad {
             return Ok(None);
         }
-        let mut dx = Tensor::zeros(backend, x.shape())?;
+        let mut dx = Tensor::alloc(backend, x.shape())?;
         backend.conv2d_backward_data(&p, dy.buffer(), self.weight.buffer(), dx.buffer_mut())?;
         Ok(Some(dx))
     }

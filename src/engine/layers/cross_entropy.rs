@@ -51,8 +51,8 @@ impl SoftmaxCrossEntropy {
         labels: &Tensor<B>,
     ) -> Result<CrossEntropyOutput<B>> {
         let p = self.params(logits, labels)?;
-        let mut loss = Tensor::zeros(backend, &[1])?;
-        let mut correct = Tensor::zeros(backend, &[p.batch])?;
+        let mut loss = Tensor::alloc(backend, &[1])?;
+        let mut correct = Tensor::alloc(backend, &[p.batch])?;
         backend.cross_entropy_forward(
             &p,
             logits.buffer(),
@@ -71,7 +71,7 @@ impl SoftmaxCrossEntropy {
         labels: &Tensor<B>,
     ) -> Result<Tensor<B>> {
         let p = self.params(logits, labels)?;
-        let mut dlogits = Tensor::zeros(backend, logits.shape())?;
+        let mut dlogits = Tensor::alloc(backend, logits.shape())?;
         backend.cross_entropy_backward(
             &p,
             logits.buffer(),

@@ -52,7 +52,7 @@ impl<B: Backend> Linear<B> {
 
     pub fn forward(&self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = self.params(x)?;
-        let mut y = Tensor::zeros(backend, &[p.batch, p.out_features])?;
+        let mut y = Tensor::alloc(backend, &[p.batch, p.out_features])?;
         backend.linear_forward(
             &p,
             x.buffer(),
@@ -74,7 +74,7 @@ impl<B: Backend> Linear<B> {
         let p = self.params(x)?;
         dy.expect_shape("linear backward", "dy", &[p.batch, p.out_features])?;
         let mut dx = if need_input_grad {
-            Some(Tensor::zeros(backend, x.shape())?)
+            Some(Tensor::alloc(backend, x.shape())?)
         } else {
             None
         };

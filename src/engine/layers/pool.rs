@@ -36,7 +36,7 @@ impl MaxPool2d {
 
     pub fn forward<B: Backend>(&self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = self.params(x)?;
-        let mut y = Tensor::zeros(backend, &[p.batch, p.out_h(), p.out_w(), p.channels])?;
+        let mut y = Tensor::alloc(backend, &[p.batch, p.out_h(), p.out_w(), p.channels])?;
         backend.max_pool_forward(&p, x.buffer(), y.buffer_mut())?;
         Ok(y)
     }
@@ -54,7 +54,7 @@ impl MaxPool2d {
             "dy",
             &[p.batch, p.out_h(), p.out_w(), p.channels],
         )?;
-        let mut dx = Tensor::zeros(backend, x.shape())?;
+        let mut dx = Tensor::alloc(backend, x.shape())?;
         backend.max_pool_backward(&p, x.buffer(), dy.buffer(), dx.buffer_mut())?;
         Ok(dx)
     }
@@ -78,7 +78,7 @@ impl GlobalAvgPool {
 
     pub fn forward<B: Backend>(backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = Self::params(x.nhwc("global_avg_pool")?)?;
-        let mut y = Tensor::zeros(backend, &[p.batch, p.channels])?;
+        let mut y = Tensor::alloc(backend, &[p.batch, p.channels])?;
         backend.global_avg_pool_forward(&p, x.buffer(), y.buffer_mut())?;
         Ok(y)
     }
@@ -90,7 +90,7 @@ impl GlobalAvgPool {
     ) -> Result<Tensor<B>> {
         let p = Self::params(input_shape)?;
         dy.expect_shape("global_avg_pool backward", "dy", &[p.batch, p.channels])?;
-        let mut dx = Tensor::zeros(backend, &input_shape)?;
+        let mut dx = Tensor::alloc(backend, &input_shape)?;
         backend.global_avg_pool_backward(&p, dy.buffer(), dx.buffer_mut())?;
         Ok(dx)
     }

@@ -492,3 +492,35 @@ fn composed_network_gradient_matches_finite_differences() {
     });
     assert_grad_close("network d(stem weight)", dw, &num_dw, 5e-2, 2e-4);
 }
+
+/// Outputs come from recycled buffers holding stale values; the results must not depend
+/// on them.
+#[test]
+fn layer_outputs_do_not_depend_on_recycled_buffer_contents() {
+    let fresh = &CpuBackend::new();
+    let reused = &CpuBackend::new();
+    let shape = [1, 64, 64, 16];
+    let x = uniform(shape.iter().product(), 81, -1.0, 1.0);
+    let mut conv_fresh = Conv2d::new(fresh, 16, 16, 3, 1, 1).unwrap();
+    let mut conv_reused = Conv2d::new(reused, 16, 16, 3, 1, 1).unwrap();
+    let w = uniform(16 * 16 * 9, 82, -0.3, 0.3);
+    conv_fresh.set_weight_oihw(fresh, &w).unwrap();
+    conv_reused.set_weight_oihw(reused, &w).unwrap();
+    for _ in 0..4 {
+        drop(t(reused, &shape, &vec![f32::NAN; x.len()]));
+    }
+    assert!(reused.pool().pooled_bytes() >= x.len() * 4);
+    let run = |b: &CpuBackend, conv: &mut Conv2d<CpuBackend>| {
+        let xt = t(b, &shape, &x);
+        let mut bn = BatchNorm2d::new(b, 16).unwrap();
+        let y = Relu::forward(b, bn.forward(b, &conv.forward(b, &xt).unwrap()).unwrap()).unwrap();
+        let dx = conv.backward(b, &xt, &y).unwrap().unwrap();
+        let mut host = y.to_host(b).unwrap();
+        host.extend(dx.to_host(b).unwrap());
+        host
+    };
+    let a = run(fresh, &mut conv_fresh);
+    let b = run(reused, &mut conv_reused);
+    assert!(b.iter().all(|v| v.is_finite()));
+    assert_eq!(a, b);
+}

@@ -5,6 +5,10 @@ use rayon::prelude::*;
 /// Elements per parallel chunk: big enough that scheduling costs vanish.
 const CHUNK: usize = 1 << 14;
 
+pub fn fill(x: &mut [f32], value: f32) {
+    x.par_chunks_mut(CHUNK).for_each(|c| c.fill(value));
+}
+
 pub fn relu_forward(x: &mut [f32]) {
     x.par_chunks_mut(CHUNK)
         .for_each(|c| c.iter_mut().for_each(|v| *v = v.max(0.0)));

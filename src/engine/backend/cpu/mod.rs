@@ -2,6 +2,7 @@
 //! through the `gemm` crate (AVX-512 kernels where the CPU has them).
 
 mod batchnorm;
+mod buffer;
 mod conv;
 mod elementwise;
 pub mod gemm;
@@ -16,22 +17,27 @@ use super::{
 };
 use crate::engine::{EngineError, Result};
 
-/// A buffer of f32 values in host memory.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct CpuBuffer(Vec<f32>);
+pub use buffer::{BufferPool, CpuBuffer};
 
-impl CpuBuffer {
-    pub fn as_slice(&self) -> &[f32] {
-        &self.0
-    }
-    pub fn as_mut_slice(&mut self) -> &mut [f32] {
-        &mut self.0
-    }
-}
+use std::sync::Arc;
 
-#[derive(Debug, Clone, Default)]
+/// Default cap on memory kept for reuse: enough for every activation size of a
+/// ResNet-50 step to find its buffer again.
+pub const DEFAULT_POOL_LIMIT_BYTES: usize = 8 << 30;
+
+#[derive(Debug, Clone)]
 pub struct CpuBackend {
     tiling: conv::Tiling,
+    pool: Arc<BufferPool>,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend {
+            tiling: conv::Tiling::default(),
+            pool: BufferPool::new(DEFAULT_POOL_LIMIT_BYTES),
+        }
+    }
 }
 
 impl CpuBackend {
@@ -46,7 +52,13 @@ impl CpuBackend {
             tiling: conv::Tiling {
                 fixed_rows: Some(rows.max(1)),
             },
+            ..Self::default()
         }
+    }
+
+    /// The pool dropped buffers return to (see [`BufferPool`]).
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
     }
 
     /// Threads the backend's parallel loops use: the size of the current rayon pool.
@@ -56,20 +68,20 @@ impl CpuBackend {
 }
 
 fn check(op: &'static str, what: &'static str, buf: &CpuBuffer, expected: usize) -> Result<()> {
-    if buf.0.len() == expected {
+    if buf.as_slice().len() == expected {
         Ok(())
     } else {
         Err(EngineError::BufferLength {
             op,
             what,
             expected,
-            got: buf.0.len(),
+            got: buf.as_slice().len(),
         })
     }
 }
 
 fn check_same(op: &'static str, a: &CpuBuffer, b: &CpuBuffer) -> Result<()> {
-    check(op, "second operand", b, a.0.len())
+    check(op, "second operand", b, a.as_slice().len())
 }
 
 impl Backend for CpuBackend {
@@ -79,39 +91,47 @@ impl Backend for CpuBackend {
         "cpu".into()
     }
 
+    fn alloc(&self, len: usize) -> Result<CpuBuffer> {
+        Ok(self.pool.alloc(len))
+    }
+
     fn zeros(&self, len: usize) -> Result<CpuBuffer> {
-        Ok(CpuBuffer(vec![0.0; len]))
+        let mut buf = self.pool.alloc(len);
+        elementwise::fill(buf.as_mut_slice(), 0.0);
+        Ok(buf)
     }
 
     fn upload(&self, host: &[f32]) -> Result<CpuBuffer> {
-        Ok(CpuBuffer(host.to_vec()))
+        let mut buf = self.pool.alloc(host.len());
+        buf.as_mut_slice().copy_from_slice(host);
+        Ok(buf)
     }
 
     fn download(&self, buf: &CpuBuffer, host: &mut [f32]) -> Result<()> {
-        if host.len() != buf.0.len() {
+        if host.len() != buf.as_slice().len() {
             return Err(EngineError::BufferLength {
                 op: "download",
                 what: "host destination",
-                expected: buf.0.len(),
+                expected: buf.as_slice().len(),
                 got: host.len(),
             });
         }
-        host.copy_from_slice(&buf.0);
+        host.copy_from_slice(buf.as_slice());
         Ok(())
     }
 
     fn buffer_len(&self, buf: &CpuBuffer) -> usize {
-        buf.0.len()
+        buf.as_slice().len()
     }
 
     fn copy(&self, src: &CpuBuffer, dst: &mut CpuBuffer) -> Result<()> {
-        check("copy", "destination", dst, src.0.len())?;
-        dst.0.copy_from_slice(&src.0);
+        check("copy", "destination", dst, src.as_slice().len())?;
+        dst.as_mut_slice().copy_from_slice(src.as_slice());
         Ok(())
     }
 
     fn fill(&self, buf: &mut CpuBuffer, value: f32) -> Result<()> {
-        buf.0.fill(value);
+        elementwise::fill(buf.as_mut_slice(), value);
         Ok(())
     }
 
@@ -127,7 +147,7 @@ impl Backend for CpuBackend {
         check(OP, "x", x, p.input_len())?;
         check(OP, "w", w, p.weight_len())?;
         check(OP, "y", y, p.output_len())?;
-        conv::forward(p, self.tiling, &x.0, &w.0, &mut y.0);
+        conv::forward(p, self.tiling, x.as_slice(), w.as_slice(), y.as_mut_slice());
         Ok(())
     }
 
@@ -143,7 +163,13 @@ impl Backend for CpuBackend {
         check(OP, "dy", dy, p.output_len())?;
         check(OP, "w", w, p.weight_len())?;
         check(OP, "dx", dx, p.input_len())?;
-        conv::backward_data(p, self.tiling, &dy.0, &w.0, &mut dx.0);
+        conv::backward_data(
+            p,
+            self.tiling,
+            dy.as_slice(),
+            w.as_slice(),
+            dx.as_mut_slice(),
+        );
         Ok(())
     }
 
@@ -159,7 +185,13 @@ impl Backend for CpuBackend {
         check(OP, "x", x, p.input_len())?;
         check(OP, "dy", dy, p.output_len())?;
         check(OP, "dw", dw, p.weight_len())?;
-        conv::backward_filter(p, self.tiling, &x.0, &dy.0, &mut dw.0);
+        conv::backward_filter(
+            p,
+            self.tiling,
+            x.as_slice(),
+            dy.as_slice(),
+            dw.as_mut_slice(),
+        );
         Ok(())
     }
 
@@ -181,15 +213,15 @@ impl Backend for CpuBackend {
         check(OP, "saved inv_std", &saved.inv_std, c)?;
         batchnorm::forward_train(
             p,
-            &x.0,
-            &bn.gamma.0,
-            &bn.beta.0,
+            x.as_slice(),
+            bn.gamma.as_slice(),
+            bn.beta.as_slice(),
             batchnorm::TrainOutputs {
-                running_mean: &mut bn.running_mean.0,
-                running_var: &mut bn.running_var.0,
-                saved_mean: &mut saved.mean.0,
-                saved_inv_std: &mut saved.inv_std.0,
-                y: &mut y.0,
+                running_mean: bn.running_mean.as_mut_slice(),
+                running_var: bn.running_var.as_mut_slice(),
+                saved_mean: saved.mean.as_mut_slice(),
+                saved_inv_std: saved.inv_std.as_mut_slice(),
+                y: y.as_mut_slice(),
             },
         );
         Ok(())
@@ -210,12 +242,12 @@ impl Backend for CpuBackend {
         check_bn(OP, bn, c)?;
         batchnorm::forward_eval(
             p,
-            &x.0,
-            &bn.gamma.0,
-            &bn.beta.0,
-            &bn.running_mean.0,
-            &bn.running_var.0,
-            &mut y.0,
+            x.as_slice(),
+            bn.gamma.as_slice(),
+            bn.beta.as_slice(),
+            bn.running_mean.as_slice(),
+            bn.running_var.as_slice(),
+            y.as_mut_slice(),
         );
         Ok(())
     }
@@ -248,28 +280,28 @@ impl Backend for CpuBackend {
         check(OP, "dbeta", &grads.beta, c)?;
         batchnorm::backward(
             p,
-            &x.0,
-            &dy.0,
-            &gamma.0,
-            &saved.mean.0,
-            &saved.inv_std.0,
+            x.as_slice(),
+            dy.as_slice(),
+            gamma.as_slice(),
+            saved.mean.as_slice(),
+            saved.inv_std.as_slice(),
             batchnorm::BackwardOutputs {
-                dx: &mut dx.0,
-                dgamma: &mut grads.gamma.0,
-                dbeta: &mut grads.beta.0,
+                dx: dx.as_mut_slice(),
+                dgamma: grads.gamma.as_mut_slice(),
+                dbeta: grads.beta.as_mut_slice(),
             },
         );
         Ok(())
     }
 
     fn relu_forward(&self, x: &mut CpuBuffer) -> Result<()> {
-        elementwise::relu_forward(&mut x.0);
+        elementwise::relu_forward(x.as_mut_slice());
         Ok(())
     }
 
     fn relu_backward(&self, y: &CpuBuffer, dy: &mut CpuBuffer) -> Result<()> {
-        check("relu_backward", "dy", dy, y.0.len())?;
-        elementwise::relu_backward(&y.0, &mut dy.0);
+        check("relu_backward", "dy", dy, y.as_slice().len())?;
+        elementwise::relu_backward(y.as_slice(), dy.as_mut_slice());
         Ok(())
     }
 
@@ -278,7 +310,7 @@ impl Backend for CpuBackend {
         p.validate()?;
         check(OP, "x", x, p.input_len())?;
         check(OP, "y", y, p.output_len())?;
-        pool::max_forward(p, &x.0, &mut y.0);
+        pool::max_forward(p, x.as_slice(), y.as_mut_slice());
         Ok(())
     }
 
@@ -294,7 +326,7 @@ impl Backend for CpuBackend {
         check(OP, "x", x, p.input_len())?;
         check(OP, "dy", dy, p.output_len())?;
         check(OP, "dx", dx, p.input_len())?;
-        pool::max_backward(p, &x.0, &dy.0, &mut dx.0);
+        pool::max_backward(p, x.as_slice(), dy.as_slice(), dx.as_mut_slice());
         Ok(())
     }
 
@@ -308,7 +340,7 @@ impl Backend for CpuBackend {
         p.validate()?;
         check(OP, "x", x, p.batch * p.spatial * p.channels)?;
         check(OP, "y", y, p.batch * p.channels)?;
-        pool::global_avg_forward(p, &x.0, &mut y.0);
+        pool::global_avg_forward(p, x.as_slice(), y.as_mut_slice());
         Ok(())
     }
 
@@ -322,7 +354,7 @@ impl Backend for CpuBackend {
         p.validate()?;
         check(OP, "dy", dy, p.batch * p.channels)?;
         check(OP, "dx", dx, p.batch * p.spatial * p.channels)?;
-        pool::global_avg_backward(p, &dy.0, &mut dx.0);
+        pool::global_avg_backward(p, dy.as_slice(), dx.as_mut_slice());
         Ok(())
     }
 
@@ -340,7 +372,14 @@ impl Backend for CpuBackend {
         check(OP, "w", w, p.out_features * p.in_features)?;
         check(OP, "b", b, p.out_features)?;
         check(OP, "y", y, p.batch * p.out_features)?;
-        linear::forward(p, self.threads(), &x.0, &w.0, &b.0, &mut y.0);
+        linear::forward(
+            p,
+            self.threads(),
+            x.as_slice(),
+            w.as_slice(),
+            b.as_slice(),
+            y.as_mut_slice(),
+        );
         Ok(())
     }
 
@@ -365,11 +404,18 @@ impl Backend for CpuBackend {
             check(OP, "dx", dx, p.batch * p.in_features)?;
         }
         let grads = linear::Grads {
-            dx: dx.map(|d| d.0.as_mut_slice()),
-            dw: &mut dw.0,
-            db: &mut db.0,
+            dx: dx.map(|d| d.as_mut_slice()),
+            dw: dw.as_mut_slice(),
+            db: db.as_mut_slice(),
         };
-        linear::backward(p, self.threads(), &x.0, &w.0, &dy.0, grads);
+        linear::backward(
+            p,
+            self.threads(),
+            x.as_slice(),
+            w.as_slice(),
+            dy.as_slice(),
+            grads,
+        );
         Ok(())
     }
 
@@ -387,8 +433,9 @@ impl Backend for CpuBackend {
         check(OP, "labels", labels, p.batch)?;
         check(OP, "loss", loss, 1)?;
         check(OP, "correct", correct, p.batch)?;
-        let parsed = loss::parse_labels(p, &labels.0)?;
-        loss.0[0] = loss::forward(p, &logits.0, &parsed, &mut correct.0)?;
+        let parsed = loss::parse_labels(p, labels.as_slice())?;
+        loss.as_mut_slice()[0] =
+            loss::forward(p, logits.as_slice(), &parsed, correct.as_mut_slice())?;
         Ok(())
     }
 
@@ -404,48 +451,51 @@ impl Backend for CpuBackend {
         check(OP, "logits", logits, p.batch * p.classes)?;
         check(OP, "labels", labels, p.batch)?;
         check(OP, "dlogits", dlogits, p.batch * p.classes)?;
-        let parsed = loss::parse_labels(p, &labels.0)?;
-        loss::backward(p, &logits.0, &parsed, &mut dlogits.0)
+        let parsed = loss::parse_labels(p, labels.as_slice())?;
+        loss::backward(p, logits.as_slice(), &parsed, dlogits.as_mut_slice())
     }
 
     fn add(&self, a: &CpuBuffer, b: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
         check_same("add", a, b)?;
-        check("add", "out", out, a.0.len())?;
-        elementwise::add(&a.0, &b.0, &mut out.0);
+        check("add", "out", out, a.as_slice().len())?;
+        elementwise::add(a.as_slice(), b.as_slice(), out.as_mut_slice());
         Ok(())
     }
 
     fn add_assign(&self, dst: &mut CpuBuffer, src: &CpuBuffer) -> Result<()> {
-        check("add_assign", "src", src, dst.0.len())?;
-        elementwise::axpy(1.0, &src.0, &mut dst.0);
+        check("add_assign", "src", src, dst.as_slice().len())?;
+        elementwise::axpy(1.0, src.as_slice(), dst.as_mut_slice());
         Ok(())
     }
 
     fn scale(&self, x: &mut CpuBuffer, alpha: f32) -> Result<()> {
-        elementwise::scale(&mut x.0, alpha);
+        elementwise::scale(x.as_mut_slice(), alpha);
         Ok(())
     }
 
     fn axpy(&self, alpha: f32, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
-        check("axpy", "y", y, x.0.len())?;
-        elementwise::axpy(alpha, &x.0, &mut y.0);
+        check("axpy", "y", y, x.as_slice().len())?;
+        elementwise::axpy(alpha, x.as_slice(), y.as_mut_slice());
         Ok(())
     }
 
     fn sum_squares(&self, x: &CpuBuffer, out: &mut CpuBuffer, index: usize) -> Result<()> {
-        let len = out.0.len();
-        let slot = out.0.get_mut(index).ok_or(EngineError::BufferLength {
-            op: "sum_squares",
-            what: "out (index past its end)",
-            expected: index + 1,
-            got: len,
-        })?;
-        *slot = elementwise::sum_squares(&x.0) as f32;
+        let len = out.as_slice().len();
+        let slot = out
+            .as_mut_slice()
+            .get_mut(index)
+            .ok_or(EngineError::BufferLength {
+                op: "sum_squares",
+                what: "out (index past its end)",
+                expected: index + 1,
+                got: len,
+            })?;
+        *slot = elementwise::sum_squares(x.as_slice()) as f32;
         Ok(())
     }
 
     fn has_non_finite(&self, x: &CpuBuffer) -> Result<bool> {
-        Ok(elementwise::has_non_finite(&x.0))
+        Ok(elementwise::has_non_finite(x.as_slice()))
     }
 }
 
