@@ -9,6 +9,7 @@ pub mod backend;
 #[cfg(test)]
 pub mod gradcheck;
 pub mod layers;
+pub mod mllog;
 pub mod tensor;
 
 pub use backend::cpu::CpuBackend;

@@ -1,7 +1,20 @@
 //! GPU runtimes opened at run time: CUDA (cudarc), HIP (rocmrc), NVML.
-//! (Placeholder: the probe is not implemented yet; the types are the interface.)
+//!
+//! Every library is optional. A missing library, a driver without a device or a library
+//! without a symbol we need is a finding in the report, never a panic: each runtime is
+//! checked for presence before its first call, its symbols are checked before they are
+//! resolved, and every call runs under `catch_unwind` because the bindings panic on a
+//! symbol they cannot resolve.
+
+mod cuda;
+mod guard;
+mod hip;
+mod nvml;
+mod pci;
 
 use serde::Serialize;
+
+pub use pci::normalise_pci_address;
 
 /// One device a runtime reported.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,6 +38,28 @@ pub struct RuntimeStatus {
     /// Why there are no devices: `CUDA driver library not found`, `no device`, …
     pub finding: Option<String>,
 }
+
+impl RuntimeStatus {
+    /// The library is not on this machine.
+    fn absent(finding: &str) -> RuntimeStatus {
+        RuntimeStatus {
+            finding: Some(finding.to_string()),
+            ..RuntimeStatus::default()
+        }
+    }
+
+    /// The library loaded but could not be used.
+    fn loaded_with_finding(finding: impl Into<String>) -> RuntimeStatus {
+        RuntimeStatus {
+            loaded: true,
+            finding: Some(finding.into()),
+            ..RuntimeStatus::default()
+        }
+    }
+}
+
+/// The finding when a runtime loads and answers that it sees no device.
+pub const NO_DEVICE: &str = "no device";
 
 /// The three runtimes, side by side.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -59,13 +94,71 @@ impl RuntimeReport {
 
 /// Loads each runtime and asks it for its devices. Never panics.
 pub fn probe() -> RuntimeReport {
-    let not_implemented = RuntimeStatus {
-        finding: Some("runtime probe not implemented".into()),
-        ..RuntimeStatus::default()
-    };
     RuntimeReport {
-        cuda: not_implemented.clone(),
-        hip: not_implemented.clone(),
-        nvml: not_implemented,
+        cuda: cuda::probe(),
+        hip: hip::probe(),
+        nvml: nvml::probe(),
+    }
+}
+
+/// The text of a NUL-terminated C string written into `buffer`; the whole buffer when
+/// the library left no terminator.
+fn string_from_c_buffer(buffer: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = buffer
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).trim().to_string()
+}
+
+/// Joins per-device problems into the one finding a runtime carries.
+fn join_findings(findings: Vec<String>) -> Option<String> {
+    if findings.is_empty() {
+        None
+    } else {
+        Some(findings.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_terminated_c_buffer() {
+        let buffer: Vec<std::ffi::c_char> = b"RTX 4090\0junk"
+            .iter()
+            .map(|b| *b as std::ffi::c_char)
+            .collect();
+        assert_eq!(string_from_c_buffer(&buffer), "RTX 4090");
+    }
+
+    #[test]
+    fn reads_an_unterminated_c_buffer_whole() {
+        let buffer: Vec<std::ffi::c_char> =
+            b"gfx1100".iter().map(|b| *b as std::ffi::c_char).collect();
+        assert_eq!(string_from_c_buffer(&buffer), "gfx1100");
+    }
+
+    #[test]
+    fn findings_carry_the_runtime_name() {
+        let report = RuntimeReport {
+            cuda: RuntimeStatus::absent("CUDA driver library not found"),
+            hip: RuntimeStatus::loaded_with_finding(NO_DEVICE),
+            nvml: RuntimeStatus {
+                loaded: true,
+                ..RuntimeStatus::default()
+            },
+        };
+        assert_eq!(
+            report.findings(),
+            vec![
+                "CUDA: CUDA driver library not found".to_string(),
+                "HIP: no device".to_string()
+            ]
+        );
+        assert!(!report.cuda.loaded);
+        assert!(report.hip.loaded);
     }
 }
