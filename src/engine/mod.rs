@@ -14,7 +14,8 @@ pub mod tensor;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::{
-    Backend, BatchNormParams, Conv2dParams, CrossEntropyParams, DType, LinearParams, PoolParams,
+    Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved, Conv2dParams,
+    CrossEntropyParams, DType, GlobalPoolParams, LinearParams, PoolParams,
 };
 pub use tensor::Tensor;
 
