@@ -11,6 +11,7 @@ pub mod data;
 pub mod gradcheck;
 pub mod layers;
 pub mod mllog;
+pub mod model;
 pub mod tensor;
 
 pub use backend::cpu::CpuBackend;
