@@ -336,6 +336,9 @@ fn out_of_range_and_malformed_options_are_clear_errors() {
         let text = err.to_string();
         assert!(text.contains(needle), "{opts}: {text:?} lacks {needle:?}");
     }
+    let r = Recipe::from_options(&options(json!({"seed": u64::MAX}))).unwrap();
+    assert_eq!(r.seed, u64::MAX, "seeds keep all 64 bits");
+    assert!(Recipe::from_options(&options(json!({"seed": 1.5}))).is_err());
     let err = Recipe::from_options(&options(json!({"momentum": 2}))).unwrap_err();
     assert!(matches!(err, RecipeError::OutOfRange { ref key, .. } if key == "momentum"));
     assert!(

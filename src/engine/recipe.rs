@@ -244,8 +244,8 @@ impl Recipe {
         if let Some(v) = opts.real("target_accuracy", Bound::Open(0.0), Bound::Closed(1.0))? {
             r.target_accuracy = v;
         }
-        if let Some(v) = opts.whole("seed", 0.0, 9_007_199_254_740_992.0)? {
-            r.seed = v as u64;
+        if let Some(seed) = opts.seed("seed")? {
+            r.seed = seed;
         }
         r.validate()?;
         Ok(r)
@@ -408,6 +408,24 @@ impl Options<'_> {
             n,
             format!("{open}{}, {}{close}", low.value(), high.value()),
         ))
+    }
+
+    /// A seed: any u64, which JSON integers carry exactly (a float would round).
+    fn seed(&self, key: &str) -> Result<Option<u64>, RecipeError> {
+        let Some(value) = self.0.get(key) else {
+            return Ok(None);
+        };
+        if let Some(seed) = value.as_u64() {
+            return Ok(Some(seed));
+        }
+        match self.number(key)? {
+            Some(n) if n.fract() != 0.0 => Err(RecipeError::NotWhole {
+                key: key.into(),
+                value: n,
+            }),
+            Some(n) => Err(out_of_range(key, n, format!("[0, {}]", u64::MAX))),
+            None => Ok(None),
+        }
     }
 
     fn whole(&self, key: &str, low: f64, high: f64) -> Result<Option<f64>, RecipeError> {

@@ -15,7 +15,8 @@
 //! ```
 //!
 //! `ln` and `cos` come from the platform's libm (glibc on Linux), which is also what
-//! Python's `math` module calls, so the Python twin uses `math.log` and `math.cos`.
+//! Python's `math` module calls, so the Python twin uses `math.log` and `math.cos`. A
+//! libm that rounds differently (musl) can move a rare value by one ulp.
 
 /// 2^64 / φ: the SplitMix64 increment.
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
