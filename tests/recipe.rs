@@ -5,6 +5,7 @@
 
 use serde_json::{json, Map, Value};
 use tinyperf::engine::init::{self, checksum};
+use tinyperf::engine::mllog::RunConfig;
 use tinyperf::engine::optim::{
     in_skip_list, l2_norm, lars_trust_ratio, torch_name_in_skip_list, ParamKind,
 };
@@ -354,4 +355,20 @@ fn every_documented_option_key_is_read() {
         let err = Recipe::from_options(&options(json!({ *key: -1e9 })));
         assert!(err.is_err(), "option {key} is documented but ignored");
     }
+}
+
+#[test]
+fn default_recipe_logs_what_the_tinybox_submission_logged() {
+    let logged = Recipe {
+        seed: 77,
+        ..Recipe::default()
+    }
+    .mllog_config(1_281_167, 50_000, 256);
+    assert_eq!(logged, RunConfig::tinybox_v4_0(77));
+    assert!(logged.closed_division_violations().is_empty());
+    // A weight decay off the 1e-4·2^N grid is visible to the closed-division check.
+    let off_grid = Recipe::from_options(&options(json!({"weight_decay": 3e-4})))
+        .unwrap()
+        .mllog_config(1_281_167, 50_000, 256);
+    assert!(!off_grid.closed_division_violations().is_empty());
 }

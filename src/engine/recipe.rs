@@ -7,6 +7,7 @@
 
 use serde_json::{Map, Value};
 
+use super::mllog::RunConfig;
 use super::optim::LarsConfig;
 use super::schedule::{PolynomialDecayWithWarmup, ScheduleError};
 
@@ -333,6 +334,28 @@ impl Recipe {
     /// The LR of step `step` (0-based, counted over the whole run).
     pub fn lr_at(&self, step: u64, steps_per_epoch: u64) -> Result<f64, ScheduleError> {
         Ok(self.schedule(steps_per_epoch)?.lr_at(step))
+    }
+
+    /// The hyperparameters a run logs to MLLOG. `lars_opt_learning_rate_decay_steps` is
+    /// the planned epochs, as the reference logs it; `bn_span` is the number of images
+    /// each batch-norm layer computes its statistics over (the per-device batch).
+    pub fn mllog_config(&self, train_samples: u64, eval_samples: u64, bn_span: u64) -> RunConfig {
+        RunConfig {
+            seed: self.seed,
+            global_batch_size: self.global_batch_size as u64,
+            train_samples,
+            eval_samples,
+            gradient_accumulation_steps: 1,
+            base_learning_rate: self.base_lr,
+            end_learning_rate: self.end_lr,
+            warmup_epochs: f64::from(self.warmup_epochs),
+            decay_steps: u64::from(self.train_epochs),
+            poly_power: self.lr_decay_power,
+            momentum: self.momentum,
+            weight_decay: self.weight_decay(),
+            epsilon: self.lars_epsilon,
+            bn_span,
+        }
     }
 
     /// Whether the run evaluates after `epoch` (1-based, as MLLOG's `epoch_num`): every
