@@ -6,7 +6,7 @@ ResNet-18) this sets every parameter from tinyperf's own initialisers (src/engin
 and src/engine/init.rs, reimplemented here bit for bit with numpy), runs one training-mode
 forward and backward on a fixed batch of 2 with label-smoothed cross-entropy, and writes
 the loss, logits, gradient norms and batch-norm running statistics to
-tests/fixtures/torch/resnet_reference.json, once in float32 and once in float64 (the
+tests/fixtures/torch/<model>_reference.json, once in float32 and once in float64 (the
 difference between the two says how much float32 rounding moves each figure).
 
 Conventions the Rust side must follow to reproduce the run:
@@ -28,7 +28,7 @@ Conventions the Rust side must follow to reproduce the run:
 
 Regenerate (a few minutes on 2 cores; torch, torchvision and numpy from PyPI):
     python3 -m venv /tmp/torchvenv && /tmp/torchvenv/bin/pip install torch torchvision numpy
-    /tmp/torchvenv/bin/python scripts/torch_reference.py [--out PATH] [--models resnet50,resnet20,resnet18n]
+    /tmp/torchvenv/bin/python scripts/torch_reference.py [--out-dir DIR] [--models resnet50,resnet20,resnet18n]
 """
 
 import argparse
@@ -338,14 +338,15 @@ def run_model(name, spec, dtype):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    parser.add_argument("--out", default=os.path.join(root, "tests/fixtures/torch/resnet_reference.json"))
+    parser.add_argument("--out-dir", default=os.path.join(root, "tests/fixtures/torch"))
     parser.add_argument("--models", default="resnet50,resnet20,resnet18n")
     args = parser.parse_args()
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    os.makedirs(args.out_dir, exist_ok=True)
 
     key = stream_key(SEED, 0)
     idx = np.arange(SAMPLE_COUNT, dtype=np.uint64)
-    fixture = {
+    header = {
         "generator": "scripts/torch_reference.py",
         "regenerate": "/tmp/torchvenv/bin/python scripts/torch_reference.py (torch, torchvision, numpy from PyPI)",
         "torch_version": torch.__version__,
@@ -355,6 +356,17 @@ def main():
         "seed": SEED,
         "label_smoothing": LABEL_SMOOTHING,
         "loss_reduction": "mean over the batch",
+        "conventions": [
+            "params[i].stream = index in model.named_parameters(); every tensor uses `seed`",
+            "first_bits: f32 bit patterns of the first values in PyTorch order (OIHW, [out, in])",
+            "checksum: sum of f32 bits(v_i) * (2i+1), wrapping u64 (init::checksum)",
+            "input: init::standard_normal(seed, input.stream, N*C*H*W) in NCHW order",
+            "BN in training mode, eps 1e-5, momentum 0.1, running stats start at mean 0, var 1",
+            "grad_norms: L2 norm of d(loss)/d(param) by state-dict name",
+            "running_stats: after the one forward pass; running_var uses the unbiased batch variance",
+            "one_step: one LARS step (skip list: SGD, no decay) from a zero momentum buffer at lr",
+            "fp32 and fp64: the same run in float32 and float64; their gap shows float32 rounding",
+        ],
         "rng_samples": {
             "seed": SEED, "stream": 0,
             "bits": [str(int(b)) for b in bits(key, idx)],
@@ -364,20 +376,19 @@ def main():
             "uniform_f64_bits": [str(int(b)) for b in uniform(key, idx).view(np.uint64)],
             "normal_f64_bits": [str(int(b)) for b in normal(key, idx).view(np.uint64)],
         },
-        "models": {},
     }
     for name in args.models.split(","):
         spec = MODELS[name]
         t0 = time.time()
         meta, fp32 = run_model(name, spec, torch.float32)
         _, fp64 = run_model(name, spec, torch.float64)
-        fixture["models"][name] = {**meta, "fp32": fp32, "fp64": fp64}
-        print(f"{name}: loss fp32 {fp32['loss']:.7f} fp64 {fp64['loss']:.7f} ({time.time() - t0:.1f} s)",
-              file=sys.stderr)
-    with open(args.out, "w") as f:
-        json.dump(fixture, f, indent=1, sort_keys=False)
-        f.write("\n")
-    print(f"wrote {args.out}", file=sys.stderr)
+        fixture = {**header, "model": name, **meta, "fp32": fp32, "fp64": fp64}
+        out = os.path.join(args.out_dir, f"{name}_reference.json")
+        with open(out, "w") as f:
+            json.dump(fixture, f, indent=1)
+            f.write("\n")
+        print(f"{name}: loss fp32 {fp32['loss']:.7f} fp64 {fp64['loss']:.7f} ({time.time() - t0:.1f} s), "
+              f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,28 @@ use tinyperf::engine::optim::{
 use tinyperf::engine::recipe::{Recipe, RecipeError, OPTION_KEYS};
 use tinyperf::engine::rng::CounterRng;
 
-const FIXTURE: &str = include_str!("fixtures/torch/resnet_reference.json");
+/// The fixtures `scripts/torch_reference.py` writes, one per model.
+const FIXTURES: &[(&str, &str)] = &[
+    (
+        "resnet50",
+        include_str!("fixtures/torch/resnet50_reference.json"),
+    ),
+    (
+        "resnet20",
+        include_str!("fixtures/torch/resnet20_reference.json"),
+    ),
+    (
+        "resnet18n",
+        include_str!("fixtures/torch/resnet18n_reference.json"),
+    ),
+];
 
-fn fixture() -> Value {
-    serde_json::from_str(FIXTURE).expect("fixture is JSON")
+fn fixture(model: &str) -> Value {
+    let (_, text) = FIXTURES
+        .iter()
+        .find(|(name, _)| *name == model)
+        .expect("known fixture");
+    serde_json::from_str(text).expect("fixture is JSON")
 }
 
 fn u64_of(v: &Value) -> u64 {
@@ -54,7 +72,7 @@ fn first_bits(values: &[f32], count: usize) -> Vec<u64> {
 
 #[test]
 fn rng_reproduces_the_python_twin_bit_for_bit() {
-    let fx = fixture();
+    let fx = fixture("resnet20");
     let samples = &fx["rng_samples"];
     let rng = CounterRng::new(u64_of(&samples["seed"]), u64_of(&samples["stream"]));
     let bits = samples["bits"].as_array().unwrap();
@@ -78,13 +96,12 @@ fn rng_reproduces_the_python_twin_bit_for_bit() {
 
 #[test]
 fn every_model_parameter_and_input_matches_what_pytorch_was_given() {
-    let fx = fixture();
-    let seed = u64_of(&fx["seed"]);
-    let models = fx["models"].as_object().unwrap();
-    assert!(models.contains_key("resnet50"), "fixture lacks ResNet-50");
-    assert!(models.contains_key("resnet20"), "fixture lacks ResNet-20");
-    for (model, spec) in models {
+    for (model, _) in FIXTURES {
+        let spec = fixture(model);
+        assert_eq!(spec["model"].as_str(), Some(*model));
+        let seed = u64_of(&spec["seed"]);
         let params = spec["params"].as_array().unwrap();
+        assert!(params.len() > 20, "{model}: {} parameters", params.len());
         for p in params {
             let name = p["name"].as_str().unwrap();
             let kind = kind_of(p["kind"].as_str().unwrap());
@@ -138,9 +155,8 @@ fn every_model_parameter_and_input_matches_what_pytorch_was_given() {
 fn reference_trust_ratios_follow_from_our_weights_and_torch_gradient_norms() {
     // The fixture's one-step LARS figures were computed from PyTorch's gradients; the
     // trust ratio needs only the norms, so ours must agree to float32 precision.
-    let fx = fixture();
-    let seed = u64_of(&fx["seed"]);
-    let spec = &fx["models"]["resnet20"];
+    let spec = &fixture("resnet20");
+    let seed = u64_of(&spec["seed"]);
     let step = &spec["fp64"]["one_step"];
     let (wd, tcoef) = (
         step["weight_decay"].as_f64().unwrap() as f32,
