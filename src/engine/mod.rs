@@ -1,5 +1,6 @@
 //! The training engine: tensors over device buffers, the backend boundary every device
-//! implements, the CPU backend, and layers as explicit forward/backward pairs.
+//! implements, the CPU backend, layers as explicit forward/backward pairs, and the
+//! training recipe (optimizers, LR schedule, weight initialisation, hyperparameters).
 //!
 //! Activations are NHWC (channels last) and f32. A training step only ever moves data to
 //! the host through [`Backend::download`], so the same model code runs on a GPU backend
@@ -9,9 +10,14 @@ pub mod backend;
 pub mod data;
 #[cfg(test)]
 pub mod gradcheck;
+pub mod init;
 pub mod layers;
 pub mod mllog;
 pub mod model;
+pub mod optim;
+pub mod recipe;
+pub mod rng;
+pub mod schedule;
 pub mod tensor;
 
 pub use backend::cpu::CpuBackend;
