@@ -13,9 +13,11 @@ pub use block::{Block, ConvBn};
 
 use super::{Model, NamedParam};
 use crate::engine::backend::Backend;
+use crate::engine::init;
 use crate::engine::layers::{
     BatchNorm2d, Conv2d, GlobalAvgPool, Linear, MaxPool2d, ParamKind, ParamMut, Relu,
 };
+use crate::engine::optim::ParamKind as OptimParamKind;
 use crate::engine::tensor::Tensor;
 use crate::engine::{EngineError, Result};
 
@@ -187,6 +189,17 @@ pub struct ResNet<B: Backend> {
     blocks: Vec<NamedBlock<B>>,
     fc: Linear<B>,
     saved: Option<Saved<B>>,
+}
+
+/// The optimizer's name for a layer's parameter kind.
+fn optim_kind(kind: ParamKind) -> OptimParamKind {
+    match kind {
+        ParamKind::ConvWeight => OptimParamKind::ConvWeight,
+        ParamKind::LinearWeight => OptimParamKind::FcWeight,
+        ParamKind::LinearBias => OptimParamKind::FcBias,
+        ParamKind::BatchNormGamma => OptimParamKind::BnGamma,
+        ParamKind::BatchNormBeta => OptimParamKind::BnBeta,
+    }
 }
 
 fn missing(op: &'static str) -> EngineError {
@@ -401,6 +414,17 @@ impl<B: Backend> ResNet<B> {
             }
         }
         Ok(())
+    }
+
+    /// The reference initialisation (truncated He normal conv weights, N(0, 0.01²) FC
+    /// weights, zero FC bias, BN γ = 1 and β = 0) from `seed`, each parameter drawing
+    /// from the stream of its index in PyTorch's `named_parameters()` order: the same
+    /// values `scripts/torch_reference.py` gives PyTorch.
+    pub fn init_from_seed(&mut self, backend: &B, seed: u64) -> Result<()> {
+        self.init_with(backend, |index, _, kind, shape| {
+            // A kind/shape mismatch yields no values, which init_with reports.
+            init::init_param(optim_kind(kind), shape, seed, index as u64).unwrap_or_default()
+        })
     }
 
     /// Weight gradients of a conv in PyTorch's OIHW order, by state-dict name
