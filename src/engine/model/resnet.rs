@@ -8,6 +8,7 @@
 //! as it has been consumed.
 
 mod block;
+pub mod throughput;
 
 pub use block::{Block, ConvBn};
 
@@ -207,8 +208,8 @@ fn missing(op: &'static str) -> EngineError {
 }
 
 impl<B: Backend> ResNet<B> {
-    /// A network of `config`'s shape with PyTorch's default-free state: conv and FC
-    /// weights zero, BN γ = 1, β = 0. Set weights with [`ResNet::init_with`].
+    /// A network of `config`'s shape with conv and FC weights zero and BN γ = 1, β = 0;
+    /// set the weights with [`ResNet::init_from_seed`] or [`ResNet::init_with`].
     pub fn new(backend: &B, config: &ResNetConfig) -> Result<Self> {
         config.validate()?;
         let (stem_kernel, stem_stride, stem_pool) = match config.stem {
