@@ -1,6 +1,8 @@
 //! Models the training loop drives: a forward pass that keeps what its backward needs,
 //! and a named parameter list an optimizer walks.
 
+pub mod resnet;
+
 use super::backend::Backend;
 use super::layers::ParamMut;
 use super::{Result, Tensor};
