@@ -2,11 +2,13 @@
 //! recipe, the optimizer applied on the device, and the throughput measurement of the
 //! acceptance suite.
 
+pub mod models;
 pub mod optimizer;
 pub mod step;
 pub mod throughput;
 pub mod trainer;
 
+pub use models::ModelChoice;
 pub use optimizer::DeviceOptimizer;
 pub use step::{eval_step, train_step, DeviceBatch, StepOutcome, StepResult};
 pub use throughput::{measure_train_throughput, ThroughputReport};
