@@ -174,7 +174,7 @@ fn run_with_a_state_dir_records_the_run() {
 fn run_rejects_unknown_suites_and_options_with_usage_errors() {
     for args in [
         vec!["run", "fastest"],
-        vec!["run", "smoke"],
+        vec!["run", "smoke", "-o", "base_lr=-1"],
         vec!["run", "inventory", "-o", "x=1"],
         vec!["run", "acceptance", "-o", "gemm_size=3"],
         vec!["run", "acceptance", "--options-json", "[1]"],
