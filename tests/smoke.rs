@@ -1,7 +1,7 @@
 //! The `smoke` and `mlperf-resnet` suites through the real `tinyperf run` binary: a
 //! short smoke run whose MLLOG and system description pass MLCommons' checkers, and
-//! every bad input a run can meet (missing dataset, no val split, out-of-range
-//! hyperparameters, cancel during training).
+//! every bad input a run can meet (missing dataset, no val split, broken JPEGs,
+//! out-of-range hyperparameters, cancel during training).
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -238,4 +238,73 @@ fn a_cancel_during_training_stops_the_run_and_keeps_its_aborted_mllog() {
         "{last_line}"
     );
     assert!(log.contains("\"epoch_start\""));
+}
+
+#[test]
+fn a_given_dataset_with_broken_jpegs_trains_and_reports_them() {
+    let state = tempfile::tempdir().unwrap();
+    let data = state.path().join("data");
+    let out = tinyperf()
+        .args(["dataset", "synth"])
+        .arg(&data)
+        .args([
+            "--classes",
+            "2",
+            "--per-class",
+            "32",
+            "--val-per-class",
+            "8",
+        ])
+        .args(["--size", "16"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let class_dir = data.join("train").join(
+        fs::read_dir(data.join("train"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name(),
+    );
+    let mut files: Vec<PathBuf> = fs::read_dir(&class_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    fs::write(&files[0], b"").unwrap();
+    let bytes = fs::read(&files[1]).unwrap();
+    fs::write(&files[1], &bytes[..bytes.len() / 2]).unwrap();
+    let options: Vec<&str> = SHORT_SMOKE
+        .iter()
+        .copied()
+        .filter(|o| !o.starts_with("synth_"))
+        .collect();
+    let out = run_with(
+        state.path(),
+        &["smoke", "--dataset", data.to_str().unwrap()],
+        &options,
+    );
+    let (_, record) = only_run(state.path());
+    let stage = &record["stages"][0];
+    assert!(
+        matches!(stage["verdict"].as_str(), Some("pass" | "fail")),
+        "{}\n{stage:#}",
+        text(&out)
+    );
+    let unreadable = stage["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "unreadable_images")
+        .unwrap();
+    assert_eq!(unreadable["value"], 2.0, "{stage:#}");
+    assert!(
+        stage["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("unreadable")),
+        "{stage:#}"
+    );
 }
