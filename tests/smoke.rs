@@ -308,3 +308,30 @@ fn a_given_dataset_with_broken_jpegs_trains_and_reports_them() {
         "{stage:#}"
     );
 }
+
+#[test]
+fn an_unrecorded_run_says_where_its_mllog_went() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tmp = scratch.path().join("tmp");
+    let cache = scratch.path().join("xdg-cache");
+    fs::create_dir_all(&tmp).unwrap();
+    let mut cmd = tinyperf();
+    cmd.args(["run", "smoke"])
+        .env("TMPDIR", &tmp)
+        .env("XDG_CACHE_HOME", &cache);
+    for o in SHORT_SMOKE {
+        cmd.arg("-o").arg(o);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let path = stderr
+        .lines()
+        .find_map(|l| l.split("its MLLOG goes to ").nth(1))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let path = Path::new(path.trim());
+    assert!(path.starts_with(&tmp), "{}", path.display());
+    assert!(fs::read_to_string(path).unwrap().contains("run_stop"));
+    // The generated dataset went to the XDG cache.
+    assert!(cache.join("tinyperf").is_dir());
+}
