@@ -126,12 +126,13 @@ done
 
 if [ "$resolve_only" = 1 ]; then
     note "resolving the package set (mmdebstrap --simulate)"
-    mmdebstrap --mode=root --variant=minbase --components="$components" --simulate \
+    mmdebstrap --mode=root --variant=minbase --components="$components" --simulate --verbose \
         --include="$packages" "${keyring_args[@]}" \
         "$suite" /dev/null "${sources[@]}" >"$work/simulate.log" 2>&1 ||
         { tail -30 "$work/simulate.log" >&2; die "the package set of variant $variant does not resolve"; }
-    count=$(grep -c '^Inst ' "$work/simulate.log" || true)
-    grep '^Inst ' "$work/simulate.log" | awk '{ gsub(/[()]/, "", $3); print $2 "\t" $3 }' | sort >"$work/$name.resolved"
+    awk '/^Inst / { gsub(/[()]/, "", $3); print $2 "\t" $3 }' "$work/simulate.log" | sort -u >"$work/$name.resolved"
+    count=$(wc -l <"$work/$name.resolved")
+    [ "$count" -gt 0 ] || die "apt listed no packages for variant $variant (see $work/simulate.log with KEEP_BUILD=1)"
     mv "$work/$name.resolved" "$out/$name.resolved"
     note "variant $variant resolves: $count packages, list in $out/$name.resolved"
     exit 0
