@@ -8,8 +8,9 @@ RELEASE_BIN := target/release/tinyperf
 DEBUG_BIN := target/debug/tinyperf
 
 # Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
-# udevadm, a C compiler for the fake GPU driver library, curl for HTTP checks.
-TEST_PACKAGES := dbus systemd udev gcc libc6-dev curl util-linux passwd
+# udevadm, a C compiler for the fake GPU driver libraries, curl for HTTP checks, and Python with
+# venv for mlperf-logging's checkers (installed from PyPI into .venv).
+TEST_PACKAGES := dbus systemd udev gcc libc6-dev curl util-linux passwd python3 python3-venv
 
 .PHONY: all build release run test test-deps lint fmt-check clippy bench install image image-test clean
 
@@ -38,6 +39,7 @@ test-deps:
 	fi
 	@command -v rustfmt >/dev/null || rustup component add rustfmt
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
+	scripts/mlperf-check.sh python >/dev/null
 
 fmt-check:
 	$(CARGO) fmt --check

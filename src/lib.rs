@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod engine;
 pub mod inventory;
 pub mod runtime;
 pub mod suite;

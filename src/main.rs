@@ -23,6 +23,7 @@ fn main() -> ExitCode {
         Command::Status(args) => runtime().and_then(|rt| rt.block_on(client::status(&args))),
         Command::Runs(args) => runtime().and_then(|rt| rt.block_on(client::runs(&args))),
         Command::Show(args) => runtime().and_then(|rt| rt.block_on(client::show(&args))),
+        Command::Dataset(command) => tinyperf::cli::dataset::main(&command),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -34,6 +34,75 @@ pub enum Command {
     Runs(RunsArgs),
     /// Show one run in full.
     Show(RunIdArgs),
+    /// Generate, check or measure a training dataset.
+    #[command(subcommand)]
+    Dataset(DatasetCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetCommand {
+    /// Write the generated dataset (ImageNet folder layout, real JPEG files) to DIR.
+    Synth(SynthArgs),
+    /// Scan a dataset in ImageNet folder layout and decode every image.
+    Check(DatasetCheckArgs),
+    /// Measure the training data pipeline in images per second.
+    Bench(DatasetBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    /// The folder to create; it must not exist or be empty.
+    pub dir: PathBuf,
+    /// Number of classes (at most 72).
+    #[arg(long, default_value_t = 10)]
+    pub classes: usize,
+    /// Training images per class.
+    #[arg(long, default_value_t = 300)]
+    pub per_class: usize,
+    /// Validation images per class.
+    #[arg(long, default_value_t = 50)]
+    pub val_per_class: usize,
+    /// Side of the square images in pixels.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// JPEG quality, 1 to 100.
+    #[arg(long, default_value_t = 90)]
+    pub quality: u8,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct DatasetCheckArgs {
+    /// The dataset root, holding train/ and val/.
+    pub dir: PathBuf,
+    /// Only scan the layout; do not decode the images.
+    #[arg(long)]
+    pub no_decode: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DatasetBenchArgs {
+    /// The dataset root, holding train/ and val/.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Loader worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Output side in pixels.
+    #[arg(long, default_value_t = 224)]
+    pub image_size: usize,
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+    /// Use at most this many train images.
+    #[arg(long, default_value_t = 2000)]
+    pub images: usize,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

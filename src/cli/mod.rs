@@ -2,6 +2,7 @@
 
 pub mod args;
 pub mod client;
+pub mod dataset;
 
 /// A mistake in how tinyperf was called, reported with exit status 2.
 #[derive(Debug, thiserror::Error)]

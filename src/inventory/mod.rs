@@ -1,17 +1,66 @@
 //! Hardware inventory from /sys and /proc, the SKU table, and the verdicts.
-//! (Placeholder interface: the scanner is not implemented yet.)
+//!
+//! Everything is read under an injectable root (`root/sys`, `root/proc`), so the same
+//! code scans the live system and a sysfs-shaped tree on disk. Nothing here fails:
+//! a file that cannot be read or parsed becomes a finding that names it.
 
-use std::path::Path;
+mod config_space;
+mod gpu;
+mod host;
+mod nvme;
+mod pci;
+mod read;
+mod render;
+mod sku;
+mod units;
+
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::suite::record::{Check, Metric};
+pub use gpu::{Gpu, GpuVendor, RebarState, RebarStatus, VramSource};
+pub use host::{Board, Host};
+pub use nvme::NvmeController;
+pub use pci::{LinkSpeed, PathLink, PciAddress, PciDevice, PciLink};
+pub use sku::{SkuSpec, SKUS};
+
+use crate::runtime::RuntimeReport;
+use crate::suite::record::{Check, Metric, Verdict};
+use read::Findings;
+
+/// The name of a box that matches no SKU.
+pub const UNRECOGNISED: &str = "unrecognised";
+
+/// How the SKU a box is judged as was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SkuSource {
+    /// From the GPUs found.
+    Recognised,
+    /// Named by the caller (`--sku`, the configuration file).
+    Configured,
+    /// No SKU: nothing is checked.
+    None,
+}
 
 /// Everything found on the box, and how it compares with its SKU.
 #[derive(Debug, Clone, Serialize)]
 pub struct HardwareReport {
     pub sku: String,
+    pub sku_source: SkuSource,
+    pub sku_title: Option<String>,
+    /// `pass` when every check passes, `fail` when any fails, `skip` for an
+    /// unrecognised box.
+    pub verdict: Verdict,
+    pub checks: Vec<Check>,
     pub findings: Vec<String>,
+    pub gpus: Vec<Gpu>,
+    pub host: Host,
+    pub nvme: Vec<NvmeController>,
+    pub pci_devices: Vec<PciDevice>,
+    /// What the GPU runtimes said; `null` when they were not probed.
+    pub runtime: Option<RuntimeReport>,
+    pub root: PathBuf,
 }
 
 impl HardwareReport {
@@ -19,44 +68,208 @@ impl HardwareReport {
     pub fn sku_name(&self) -> &str {
         &self.sku
     }
+
     /// Every expectation of the SKU, with expected and found values.
     pub fn checks(&self) -> Vec<Check> {
-        Vec::new()
+        self.checks.clone()
     }
+
     /// Notes that are not checks (a missing runtime, an unreadable file).
     pub fn findings(&self) -> Vec<String> {
         self.findings.clone()
     }
+
     /// Headline figures: GPU count, memory, cores.
     pub fn metrics(&self) -> Vec<Metric> {
-        Vec::new()
+        let mut metrics = vec![Metric::new("gpu_count", self.gpus.len() as f64, "count")];
+        let vram: Vec<u64> = self.gpus.iter().filter_map(|g| g.vram_bytes).collect();
+        if !vram.is_empty() {
+            let total: u64 = vram.iter().sum();
+            metrics.push(Metric::new("gpu_memory_gib", units::gib(total), "GiB"));
+        }
+        if let Some(bytes) = self.host.memory_bytes {
+            metrics.push(Metric::new("memory_gib", units::gib(bytes), "GiB"));
+        }
+        if let Some(cores) = self.host.cpu_cores {
+            metrics.push(Metric::new("cpu_cores", f64::from(cores), "count"));
+        }
+        if let Some(threads) = self.host.cpu_threads {
+            metrics.push(Metric::new("cpu_threads", f64::from(threads), "count"));
+        }
+        let drives = self.nvme.iter().filter(|c| c.is_pcie()).count();
+        metrics.push(Metric::new("nvme_count", drives as f64, "count"));
+        let failed = self
+            .checks
+            .iter()
+            .filter(|c| c.verdict == Verdict::Fail)
+            .count();
+        metrics.push(Metric::new("checks_failed", failed as f64, "count"));
+        metrics
     }
+
     /// Human-readable report for `tinyperf detect`.
     pub fn render_human(&self) -> String {
-        "inventory: not implemented\n".to_string()
+        render::render(self)
+    }
+
+    /// 0 when the box meets every expectation (or is unrecognised), 1 when any fails.
+    pub fn exit_code(&self) -> i32 {
+        i32::from(self.checks.iter().any(|c| c.verdict == Verdict::Fail))
     }
 }
 
 /// Takes the inventory under `root` (`root/sys`, `root/proc`), judges it against the
 /// SKU (`sku` overrides recognition), and probes GPU runtimes when `probe_runtime`.
-pub fn take(_root: &Path, _sku: Option<&str>, _probe_runtime: bool) -> HardwareReport {
+pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareReport {
+    let mut findings = Findings::default();
+    let devices = pci::enumerate(root, &mut findings);
+    let host = host::read(root, &mut findings);
+    let drivers = gpu::DriverVersions::read(root, host.kernel.clone(), &mut findings);
+    let runtime = probe_runtime.then(|| probe_runtime_safely(&mut findings));
+    let gpus = gpu::find_gpus(&devices, &drivers, runtime.as_ref(), &mut findings);
+    if let Some(runtime) = &runtime {
+        compare_runtime_with_bus(runtime, &gpus, &mut findings);
+    }
+    let nvme = nvme::find_controllers(root, &devices, &mut findings);
+
+    let (spec, source) = choose_sku(sku, &gpus, &mut findings);
+    let checks = spec
+        .map(|spec| sku::judge(spec, &gpus, &host, &nvme, &mut findings))
+        .unwrap_or_default();
+    let verdict = match spec {
+        Some(_) => Verdict::combine(checks.iter().map(|c| c.verdict)),
+        None => Verdict::Skip,
+    };
     HardwareReport {
-        sku: "unrecognised".into(),
-        findings: vec!["inventory scanner not implemented".into()],
+        sku: spec.map_or(UNRECOGNISED, |s| s.name).to_string(),
+        sku_source: source,
+        sku_title: spec.map(|s| s.title.to_string()),
+        verdict,
+        checks,
+        findings: findings.into_vec(),
+        gpus,
+        host,
+        nvme,
+        pci_devices: devices.into_values().collect(),
+        runtime,
+        root: root.to_path_buf(),
+    }
+}
+
+fn choose_sku(
+    requested: Option<&str>,
+    gpus: &[Gpu],
+    findings: &mut Findings,
+) -> (Option<&'static SkuSpec>, SkuSource) {
+    if let Some(name) = requested {
+        match sku::find(name) {
+            Some(spec) => return (Some(spec), SkuSource::Configured),
+            None => findings.push(format!(
+                "unknown SKU {name:?} (known: {}); recognising the box instead",
+                known_skus().join(", ")
+            )),
+        }
+    }
+    match sku::recognise(gpus) {
+        (Some(spec), _) => (Some(spec), SkuSource::Recognised),
+        (None, note) => {
+            if let Some(note) = note {
+                findings.push(note);
+            }
+            (None, SkuSource::None)
+        }
+    }
+}
+
+/// The runtime libraries are foreign code; a panic inside them must not take the
+/// inventory (or the agent) down.
+fn probe_runtime_safely(findings: &mut Findings) -> RuntimeReport {
+    match std::panic::catch_unwind(crate::runtime::probe) {
+        Ok(report) => {
+            for note in report.findings() {
+                findings.push(format!("runtime: {note}"));
+            }
+            report
+        }
+        Err(_) => {
+            findings.push("runtime: the probe panicked; no runtime information");
+            RuntimeReport::default()
+        }
+    }
+}
+
+/// A GPU on the bus that its runtime cannot see has usually failed to initialise.
+fn compare_runtime_with_bus(runtime: &RuntimeReport, gpus: &[Gpu], findings: &mut Findings) {
+    for (name, status, vendor) in [
+        ("CUDA", &runtime.cuda, GpuVendor::Nvidia),
+        ("HIP", &runtime.hip, GpuVendor::Amd),
+    ] {
+        let on_bus = gpus.iter().filter(|g| g.vendor == vendor).count();
+        if status.loaded && status.devices.len() != on_bus {
+            findings.push(format!(
+                "runtime: {name} reports {} device(s) but {on_bus} {} GPU(s) are on the PCI bus",
+                status.devices.len(),
+                vendor.name()
+            ));
+        }
     }
 }
 
 pub fn known_skus() -> Vec<&'static str> {
-    vec!["tinybox-green", "tinybox-red", "tinybox-5090"]
+    SKUS.iter().map(|s| s.name).collect()
 }
 
 pub fn is_known_sku(name: &str) -> bool {
-    known_skus().contains(&name)
+    sku::find(name).is_some()
 }
 
-impl HardwareReport {
-    /// 0 when the box meets every expectation (or is unrecognised), 1 when any fails.
-    pub fn exit_code(&self) -> i32 {
-        0
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::RuntimeDevice;
+
+    #[test]
+    fn runtime_seeing_fewer_gpus_than_the_bus_is_a_finding() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tinybox-green");
+        let mut findings = Findings::default();
+        let devices = pci::enumerate(&root, &mut findings);
+        let gpus = gpu::find_gpus(
+            &devices,
+            &gpu::DriverVersions::default(),
+            None,
+            &mut findings,
+        );
+        let mut runtime = RuntimeReport::default();
+        runtime.cuda.loaded = true;
+        runtime.cuda.devices = (0..5)
+            .map(|index| RuntimeDevice {
+                index,
+                name: "NVIDIA GeForce RTX 4090".into(),
+                pci_address: None,
+                memory_bytes: None,
+                arch: None,
+            })
+            .collect();
+        compare_runtime_with_bus(&runtime, &gpus, &mut findings);
+        assert_eq!(
+            findings.into_vec(),
+            ["runtime: CUDA reports 5 device(s) but 6 NVIDIA GPU(s) are on the PCI bus"]
+        );
+    }
+
+    #[test]
+    fn unknown_requested_sku_falls_back_to_recognition() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tinybox-red");
+        let report = take(&root, Some("tinybox-blue"), false);
+        assert_eq!(report.sku_name(), "tinybox-red");
+        assert!(report.findings()[0].starts_with("unknown SKU \"tinybox-blue\""));
+        assert_eq!(report.exit_code(), 0);
+        let metrics = report.metrics();
+        let metric = |name: &str| metrics.iter().find(|m| m.name == name).map(|m| m.value);
+        assert_eq!(metric("gpu_count"), Some(6.0));
+        assert_eq!(metric("cpu_cores"), Some(32.0));
+        assert_eq!(metric("nvme_count"), Some(4.0));
+        assert_eq!(metric("gpu_memory_gib").map(|v| v.round()), Some(144.0));
+        assert_eq!(metric("checks_failed"), Some(0.0));
     }
 }

@@ -38,3 +38,4 @@ pub mod human;
 pub mod inventory_stage;
 pub mod runner;
 pub mod stage;
+pub mod system_desc;

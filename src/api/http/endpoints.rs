@@ -1,0 +1,348 @@
+//! What each endpoint answers.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_SECURITY_POLICY, LOCATION};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use tokio::sync::Semaphore;
+
+use super::auth::authorize;
+use super::body::{parse_json, read_json_bytes, read_limited};
+use super::response::{self, ApiError, Body};
+use super::router::Endpoint;
+use super::{metrics, page, sse, Limits};
+use crate::agent::store::Artifact;
+use crate::agent::{AgentError, AgentHandle, AgentState, RunBrief};
+use crate::suite::record::{RunRecord, Trigger};
+
+const OPENAPI: &str = include_str!("openapi.json");
+const PAGE_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; \
+     script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; \
+     base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+/// Runs listed when `?limit=` is not given, and the most a client may ask for.
+const DEFAULT_RUN_LIMIT: usize = 50;
+const MAX_RUN_LIMIT: usize = 1000;
+/// Runs shown in the page's history.
+const PAGE_HISTORY: usize = 25;
+
+/// Everything a request needs, shared by all connections.
+pub struct App {
+    pub handle: AgentHandle,
+    pub token: Option<String>,
+    pub limits: Limits,
+    pub event_streams: Arc<Semaphore>,
+}
+
+/// `POST /api/v1/runs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartRequest {
+    suite: String,
+    #[serde(default)]
+    options: Map<String, Value>,
+}
+
+#[derive(Serialize)]
+struct RunsPage {
+    runs: Vec<RunBrief>,
+}
+
+impl App {
+    /// Answers one request; every failure becomes a JSON error response.
+    pub async fn respond(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let mut response = match self.route(request).await {
+            Ok(response) => response,
+            Err(error) => {
+                if error.status.is_server_error() {
+                    tracing::error!(status = %error.status, message = %error.message, "HTTP request failed");
+                } else {
+                    tracing::debug!(status = %error.status, message = %error.message, "HTTP request refused");
+                }
+                error.into_response()
+            }
+        };
+        response.headers_mut().insert(
+            "x-content-type-options",
+            HeaderValue::from_static("nosniff"),
+        );
+        response
+    }
+
+    async fn route(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        check_head_size(&request, &self.limits)?;
+        let endpoint = Endpoint::from_path(request.uri().path())?;
+        endpoint.check_method(request.method())?;
+        let is_post = request.method() == Method::POST;
+        match endpoint {
+            Endpoint::Healthz => Ok(response::json(StatusCode::OK, &json!({"status": "ok"}))),
+            Endpoint::Status => Ok(response::json(StatusCode::OK, &self.handle.status())),
+            Endpoint::Hardware => Ok(response::json(StatusCode::OK, &self.handle.hardware())),
+            Endpoint::Runs if is_post => self.start_run(request).await,
+            Endpoint::Runs => self.list_runs(request.uri().query()).await,
+            Endpoint::Run(id) => {
+                let record = self.load_run(id).await?;
+                Ok(response::json(StatusCode::OK, &record))
+            }
+            Endpoint::RunMllog(id) => {
+                let bytes = self.artifact(id, Artifact::Mllog).await?;
+                Ok(response::bytes(StatusCode::OK, response::TEXT, bytes))
+            }
+            Endpoint::RunTelemetry(id) => {
+                let bytes = self.artifact(id, Artifact::Telemetry).await?;
+                Ok(response::bytes(StatusCode::OK, response::CSV, bytes))
+            }
+            Endpoint::RunCancel(id) => self.cancel_run(request, id).await,
+            Endpoint::Events => self.events(),
+            Endpoint::OpenApi => Ok(response::bytes(
+                StatusCode::OK,
+                response::JSON,
+                OPENAPI.as_bytes(),
+            )),
+            Endpoint::Metrics => self.metrics().await,
+            Endpoint::Page => self.page().await,
+        }
+    }
+
+    async fn start_run(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        authorize(request.headers(), self.token.as_deref())?;
+        let bytes = read_json_bytes(request, self.limits.max_body_bytes).await?;
+        let start: StartRequest = parse_json(&bytes)?;
+        let id = self
+            .handle
+            .start(&start.suite, start.options, Trigger::Http)
+            .await?;
+        tracing::info!(run = %id, suite = %start.suite, "run started over HTTP");
+        let mut response = response::json(StatusCode::ACCEPTED, &json!({ "id": id }));
+        if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/runs/{id}")) {
+            response.headers_mut().insert(LOCATION, location);
+        }
+        Ok(response)
+    }
+
+    async fn cancel_run(
+        &self,
+        request: Request<Incoming>,
+        id: String,
+    ) -> Result<Response<Body>, ApiError> {
+        authorize(request.headers(), self.token.as_deref())?;
+        // The body carries nothing, but an oversized one is still refused.
+        read_limited(request, self.limits.max_body_bytes).await?;
+        self.handle.cancel(&id).await?;
+        tracing::info!(run = %id, "cancel requested over HTTP");
+        Ok(response::json(
+            StatusCode::ACCEPTED,
+            &json!({ "id": id, "state": "cancelling" }),
+        ))
+    }
+
+    async fn list_runs(&self, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+        let limit = run_limit(query)?;
+        let handle = self.handle.clone();
+        let runs = blocking(move || Ok(handle.list_runs(limit))).await?;
+        let page = RunsPage {
+            runs: runs.iter().map(RunBrief::from).collect(),
+        };
+        Ok(response::json(StatusCode::OK, &page))
+    }
+
+    async fn load_run(&self, id: String) -> Result<RunRecord, ApiError> {
+        let handle = self.handle.clone();
+        blocking(move || handle.get_run(&id)).await
+    }
+
+    async fn artifact(&self, id: String, artifact: Artifact) -> Result<Vec<u8>, ApiError> {
+        let handle = self.handle.clone();
+        blocking(move || handle.run_artifact(&id, artifact)).await
+    }
+
+    fn events(&self) -> Result<Response<Body>, ApiError> {
+        let permit = self
+            .event_streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too_many_streams",
+                    format!(
+                        "{} event streams are open already; try again later",
+                        self.limits.max_event_streams
+                    ),
+                )
+                .with_header("retry-after", "10")
+            })?;
+        Ok(sse::response(
+            self.handle.clone(),
+            self.limits.keep_alive,
+            permit,
+        ))
+    }
+
+    async fn metrics(&self) -> Result<Response<Body>, ApiError> {
+        let status = self.handle.status();
+        let last_run = match &status.last_run {
+            Some(last) => self.load_run(last.id.clone()).await.ok(),
+            None => None,
+        };
+        let text = metrics::render(&metrics::Snapshot {
+            status: &status,
+            counters: &self.handle.counters(),
+            hardware: &self.handle.hardware(),
+            last_run: last_run.as_ref(),
+        });
+        Ok(response::bytes(StatusCode::OK, response::PROMETHEUS, text))
+    }
+
+    async fn page(&self) -> Result<Response<Body>, ApiError> {
+        let status = self.handle.status();
+        let handle = self.handle.clone();
+        let runs = blocking(move || Ok(handle.list_runs(PAGE_HISTORY))).await?;
+        let current = match (&status.state, &status.current_run) {
+            (AgentState::Running, Some(id)) => self.load_run(id.clone()).await.ok(),
+            _ => None,
+        };
+        let briefs: Vec<RunBrief> = runs.iter().map(RunBrief::from).collect();
+        let html = page::render(&page::PageData {
+            status: &status,
+            hardware: &self.handle.hardware(),
+            runs: &briefs,
+            current: current.as_ref(),
+            now: Utc::now(),
+        });
+        let mut response = response::bytes(StatusCode::OK, response::HTML, html);
+        response.headers_mut().insert(
+            CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_POLICY),
+        );
+        Ok(response)
+    }
+}
+
+/// Refuses a request whose head is over the limits with a JSON 431.
+fn check_head_size(request: &Request<Incoming>, limits: &Limits) -> Result<(), ApiError> {
+    let headers = request.headers();
+    if headers.len() > limits.max_headers {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!(
+                "{} request headers are over the limit of {}",
+                headers.len(),
+                limits.max_headers
+            ),
+        ));
+    }
+    // Request line plus each `name: value\r\n`.
+    let size = request.method().as_str().len()
+        + request.uri().to_string().len()
+        + 12
+        + headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len() + 4)
+            .sum::<usize>();
+    if size > limits.max_header_bytes {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!(
+                "the request head is about {size} bytes, over the limit of {}",
+                limits.max_header_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the store off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, AgentError> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(ApiError::from),
+        Err(e) => Err(ApiError::internal(format!(
+            "reading the run store failed: {e}"
+        ))),
+    }
+}
+
+/// `?limit=N`, 1..=1000; any other parameter is refused.
+fn run_limit(query: Option<&str>) -> Result<usize, ApiError> {
+    let mut limit = DEFAULT_RUN_LIMIT;
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key != "limit" {
+            return Err(ApiError::bad_request(
+                "invalid_query",
+                format!(
+                    "unknown query parameter {:?}; this endpoint takes only limit",
+                    key.chars().take(40).collect::<String>()
+                ),
+            ));
+        }
+        limit = value
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_RUN_LIMIT).contains(n))
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_query",
+                    format!(
+                        "limit must be a whole number from 1 to {MAX_RUN_LIMIT}, got {:?}",
+                        value.chars().take(40).collect::<String>()
+                    ),
+                )
+            })?;
+    }
+    Ok(limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_limit_parses_and_refuses() {
+        assert_eq!(run_limit(None).unwrap(), DEFAULT_RUN_LIMIT);
+        assert_eq!(run_limit(Some("limit=3")).unwrap(), 3);
+        assert_eq!(run_limit(Some("")).unwrap(), DEFAULT_RUN_LIMIT);
+        for bad in [
+            "limit=0",
+            "limit=-1",
+            "limit=x",
+            "limit=1001",
+            "limit",
+            "foo=1",
+        ] {
+            assert_eq!(
+                run_limit(Some(bad)).unwrap_err().code,
+                "invalid_query",
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn openapi_document_lists_every_route() {
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.0"));
+        let paths = doc["paths"].as_object().unwrap();
+        for (template, methods) in super::super::router::ROUTES {
+            let path = paths
+                .get(*template)
+                .unwrap_or_else(|| panic!("{template} missing from openapi.json"));
+            for method in methods.iter().filter(|m| **m != Method::HEAD) {
+                let key = method.as_str().to_lowercase();
+                assert!(path.get(&key).is_some(), "{method} {template} undocumented");
+            }
+        }
+        assert_eq!(paths.len(), super::super::router::ROUTES.len());
+    }
+}

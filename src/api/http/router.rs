@@ -1,0 +1,213 @@
+//! Which endpoint a request path names, and which methods it takes.
+//!
+//! Paths are matched on their raw, still percent-encoded form. A run id must be a
+//! valid store id as written, so `%2e%2e`, `%2f` and `..` are refused here, before
+//! anything reaches the store.
+
+use hyper::{Method, StatusCode};
+
+use super::response::ApiError;
+use crate::agent::store::is_valid_run_id;
+
+/// A known path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Page,
+    Status,
+    Hardware,
+    Runs,
+    Run(String),
+    RunMllog(String),
+    RunTelemetry(String),
+    RunCancel(String),
+    Events,
+    OpenApi,
+    Metrics,
+    Healthz,
+}
+
+/// Every path template with the methods it takes; the OpenAPI document must list
+/// exactly these.
+#[cfg(test)]
+pub const ROUTES: &[(&str, &[Method])] = &[
+    ("/", GET),
+    ("/api/v1/status", GET),
+    ("/api/v1/hardware", GET),
+    ("/api/v1/runs", GET_POST),
+    ("/api/v1/runs/{id}", GET),
+    ("/api/v1/runs/{id}/mllog", GET),
+    ("/api/v1/runs/{id}/telemetry", GET),
+    ("/api/v1/runs/{id}/cancel", POST),
+    ("/api/v1/events", GET),
+    ("/api/v1/openapi.json", GET),
+    ("/metrics", GET),
+    ("/healthz", GET),
+];
+
+const GET: &[Method] = &[Method::GET, Method::HEAD];
+const POST: &[Method] = &[Method::POST];
+const GET_POST: &[Method] = &[Method::GET, Method::HEAD, Method::POST];
+
+/// Longest run id echoed back in an error message.
+const ECHO_LIMIT: usize = 80;
+
+impl Endpoint {
+    /// Matches a raw request path.
+    pub fn from_path(path: &str) -> Result<Endpoint, ApiError> {
+        let endpoint = match path {
+            "/" => Endpoint::Page,
+            "/api/v1/status" => Endpoint::Status,
+            "/api/v1/hardware" => Endpoint::Hardware,
+            "/api/v1/runs" => Endpoint::Runs,
+            "/api/v1/events" => Endpoint::Events,
+            "/api/v1/openapi.json" => Endpoint::OpenApi,
+            "/metrics" => Endpoint::Metrics,
+            "/healthz" => Endpoint::Healthz,
+            _ => return Endpoint::run_path(path),
+        };
+        Ok(endpoint)
+    }
+
+    /// `/api/v1/runs/{id}` and the paths below it.
+    fn run_path(path: &str) -> Result<Endpoint, ApiError> {
+        let Some(rest) = path.strip_prefix("/api/v1/runs/") else {
+            return Err(no_route(path));
+        };
+        let (id, tail) = match rest.split_once('/') {
+            Some((id, tail)) => (id, Some(tail)),
+            None => (rest, None),
+        };
+        let make: fn(String) -> Endpoint = match tail {
+            None => Endpoint::Run,
+            Some("mllog") => Endpoint::RunMllog,
+            Some("telemetry") => Endpoint::RunTelemetry,
+            Some("cancel") => Endpoint::RunCancel,
+            Some(_) => return Err(no_route(path)),
+        };
+        if !is_valid_run_id(id) {
+            return Err(invalid_run_id(id));
+        }
+        Ok(make(id.to_string()))
+    }
+
+    /// The methods this endpoint takes.
+    pub fn methods(&self) -> &'static [Method] {
+        match self {
+            Endpoint::Runs => GET_POST,
+            Endpoint::RunCancel(_) => POST,
+            _ => GET,
+        }
+    }
+
+    /// Refuses `method` with 405 and an `Allow` header unless the endpoint takes it.
+    pub fn check_method(&self, method: &Method) -> Result<(), ApiError> {
+        let methods = self.methods();
+        if methods.contains(method) {
+            return Ok(());
+        }
+        let allow = methods
+            .iter()
+            .map(Method::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        Err(ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{method} is not allowed here; use {allow}"),
+        )
+        .with_header("allow", allow))
+    }
+}
+
+fn no_route(path: &str) -> ApiError {
+    ApiError::not_found(format!(
+        "no such endpoint: {}; see /api/v1/openapi.json",
+        echo(path)
+    ))
+}
+
+pub fn invalid_run_id(id: &str) -> ApiError {
+    ApiError::bad_request(
+        "invalid_run_id",
+        format!(
+            "{} is not a run id (letters, digits and '-', at most 64)",
+            echo(id)
+        ),
+    )
+}
+
+/// Client text quoted back in a message: shortened, and debug-quoted so control
+/// characters stay visible.
+fn echo(text: &str) -> String {
+    let short: String = text.chars().take(ECHO_LIMIT).collect();
+    if short.len() < text.len() {
+        format!("{short:?}…")
+    } else {
+        format!("{short:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_paths_and_run_paths_match() {
+        assert_eq!(Endpoint::from_path("/").unwrap(), Endpoint::Page);
+        assert_eq!(Endpoint::from_path("/healthz").unwrap(), Endpoint::Healthz);
+        let id = "20261129-210512-3fa9c2";
+        assert_eq!(
+            Endpoint::from_path(&format!("/api/v1/runs/{id}")).unwrap(),
+            Endpoint::Run(id.into())
+        );
+        assert_eq!(
+            Endpoint::from_path(&format!("/api/v1/runs/{id}/telemetry")).unwrap(),
+            Endpoint::RunTelemetry(id.into())
+        );
+        assert_eq!(
+            Endpoint::from_path(&format!("/api/v1/runs/{id}/cancel")).unwrap(),
+            Endpoint::RunCancel(id.into())
+        );
+    }
+
+    #[test]
+    fn traversal_and_encoded_ids_are_refused_before_the_store() {
+        for path in [
+            "/api/v1/runs/..",
+            "/api/v1/runs/%2e%2e",
+            "/api/v1/runs/..%2f..%2fetc",
+            "/api/v1/runs/a%2Fb/mllog",
+            "/api/v1/runs/../mllog",
+            "/api/v1/runs/-rf",
+            "/api/v1/runs/",
+        ] {
+            let err = Endpoint::from_path(path).unwrap_err();
+            assert_eq!(err.status, StatusCode::BAD_REQUEST, "{path}");
+            assert_eq!(err.code, "invalid_run_id", "{path}");
+        }
+        for path in ["/api/v1/runs/../../etc/passwd", "/api/v2/status", "/x"] {
+            let err = Endpoint::from_path(path).unwrap_err();
+            assert_eq!(err.status, StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+
+    #[test]
+    fn wrong_method_lists_the_allowed_ones() {
+        let err = Endpoint::Status.check_method(&Method::POST).unwrap_err();
+        assert_eq!(err.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(err.headers, vec![("allow", "GET, HEAD".to_string())]);
+        assert!(Endpoint::Runs.check_method(&Method::POST).is_ok());
+        assert!(Endpoint::RunCancel("a".into())
+            .check_method(&Method::GET)
+            .is_err());
+    }
+
+    #[test]
+    fn route_table_agrees_with_the_matcher() {
+        for (template, methods) in ROUTES {
+            let path = template.replace("{id}", "20261129-210512-3fa9c2");
+            let endpoint = Endpoint::from_path(&path).unwrap();
+            assert_eq!(endpoint.methods(), *methods, "{template}");
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The backend boundary. A backend owns device memory (`Buffer`) and runs every op of a
+//! training step on it; model code is generic over `B: Backend` and never touches buffer
+//! contents except through [`Backend::upload`] and [`Backend::download`].
+//!
+//! Layout conventions every backend follows:
+//! - activations are NHWC, f32;
+//! - conv weights are HWIO: `[kernel_h, kernel_w, in_c, out_c]`, row-major, so a conv is
+//!   `im2col(x)[N·OH·OW, KH·KW·Cin] × W[KH·KW·Cin, Cout]` (see `layers::conv2d` for the
+//!   conversion from PyTorch's OIHW order);
+//! - linear weights are PyTorch's `[out_features, in_features]`;
+//! - class labels are a buffer of f32 class indices, one per sample; a negative label
+//!   marks a padded sample that contributes neither loss, gradient nor accuracy.
+
+pub mod cpu;
+mod params;
+
+pub use params::{
+    BatchNormParams, Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
+};
+
+use super::Result;
+
+/// Element type of a buffer. Only f32 is implemented; the field exists so mixed precision
+/// can be added without changing the tensor type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DType {
+    #[default]
+    F32,
+}
+
+/// The learned and running parameters of one batch-norm layer, each `channels` long.
+pub struct BatchNormBuffers<Buf> {
+    pub gamma: Buf,
+    pub beta: Buf,
+    pub running_mean: Buf,
+    pub running_var: Buf,
+}
+
+/// What the training-mode forward keeps for the backward: batch mean and 1/sqrt(var+eps).
+pub struct BatchNormSaved<Buf> {
+    pub mean: Buf,
+    pub inv_std: Buf,
+}
+
+/// Gradients of a batch-norm layer's learned parameters.
+pub struct BatchNormGrads<Buf> {
+    pub gamma: Buf,
+    pub beta: Buf,
+}
+
+pub trait Backend: Send + Sync {
+    type Buffer: Send + Sync;
+
+    /// A short name for logs and errors, e.g. `cpu`.
+    fn name(&self) -> String;
+
+    // --- memory -------------------------------------------------------------------
+    /// A buffer whose contents are unspecified: for op outputs, which every op overwrites.
+    fn alloc(&self, len: usize) -> Result<Self::Buffer>;
+    fn zeros(&self, len: usize) -> Result<Self::Buffer>;
+    fn upload(&self, host: &[f32]) -> Result<Self::Buffer>;
+    /// The only way data leaves the device: `host` must have the buffer's length.
+    fn download(&self, buf: &Self::Buffer, host: &mut [f32]) -> Result<()>;
+    fn buffer_len(&self, buf: &Self::Buffer) -> usize;
+    fn copy(&self, src: &Self::Buffer, dst: &mut Self::Buffer) -> Result<()>;
+    fn fill(&self, buf: &mut Self::Buffer, value: f32) -> Result<()>;
+
+    // --- convolution (NHWC activations, HWIO weights, no bias) -------------------------
+    fn conv2d_forward(
+        &self,
+        p: &Conv2dParams,
+        x: &Self::Buffer,
+        w: &Self::Buffer,
+        y: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// dx := convᵀ(dy, w) (overwrites dx).
+    fn conv2d_backward_data(
+        &self,
+        p: &Conv2dParams,
+        dy: &Self::Buffer,
+        w: &Self::Buffer,
+        dx: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// dw := Σ over the batch of x ⋆ dy (overwrites dw).
+    fn conv2d_backward_filter(
+        &self,
+        p: &Conv2dParams,
+        x: &Self::Buffer,
+        dy: &Self::Buffer,
+        dw: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    // --- batch norm over the rows of an [rows, channels] view -------------------------
+    /// Normalises with batch statistics, saves mean and 1/std for the backward, and
+    /// updates the running statistics (running var from the unbiased batch variance).
+    fn batch_norm_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        bn: &mut BatchNormBuffers<Self::Buffer>,
+        saved: &mut BatchNormSaved<Self::Buffer>,
+        y: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// Normalises with the running statistics.
+    fn batch_norm_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        bn: &BatchNormBuffers<Self::Buffer>,
+        y: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// dx, dγ, dβ of the training-mode forward (overwrites all three).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        dy: &Self::Buffer,
+        gamma: &Self::Buffer,
+        saved: &BatchNormSaved<Self::Buffer>,
+        dx: &mut Self::Buffer,
+        grads: &mut BatchNormGrads<Self::Buffer>,
+    ) -> Result<()>;
+
+    // --- ReLU (in place) -----------------------------------------------------------
+    fn relu_forward(&self, x: &mut Self::Buffer) -> Result<()>;
+    /// dy := dy · [y > 0], where y is the ReLU's output.
+    fn relu_backward(&self, y: &Self::Buffer, dy: &mut Self::Buffer) -> Result<()>;
+
+    // --- pooling -------------------------------------------------------------------
+    fn max_pool_forward(
+        &self,
+        p: &PoolParams,
+        x: &Self::Buffer,
+        y: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// Routes each dy to the first maximum of its window in x (overwrites dx).
+    fn max_pool_backward(
+        &self,
+        p: &PoolParams,
+        x: &Self::Buffer,
+        dy: &Self::Buffer,
+        dx: &mut Self::Buffer,
+    ) -> Result<()>;
+    fn global_avg_pool_forward(
+        &self,
+        p: &GlobalPoolParams,
+        x: &Self::Buffer,
+        y: &mut Self::Buffer,
+    ) -> Result<()>;
+    fn global_avg_pool_backward(
+        &self,
+        p: &GlobalPoolParams,
+        dy: &Self::Buffer,
+        dx: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    // --- fully connected (weights [out, in], bias [out]) ------------------------------
+    fn linear_forward(
+        &self,
+        p: &LinearParams,
+        x: &Self::Buffer,
+        w: &Self::Buffer,
+        b: &Self::Buffer,
+        y: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// dw, db (overwritten) and, when asked for, dx (overwritten).
+    #[allow(clippy::too_many_arguments)]
+    fn linear_backward(
+        &self,
+        p: &LinearParams,
+        x: &Self::Buffer,
+        w: &Self::Buffer,
+        dy: &Self::Buffer,
+        dx: Option<&mut Self::Buffer>,
+        dw: &mut Self::Buffer,
+        db: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    // --- softmax cross-entropy with label smoothing ------------------------------------
+    /// `loss[0]` := mean over valid samples of (1-ε)(-log p_y) + ε·mean_k(-log p_k);
+    /// `correct[i]` := 1 when sample i is valid and its arg-max logit is its label.
+    fn cross_entropy_forward(
+        &self,
+        p: &CrossEntropyParams,
+        logits: &Self::Buffer,
+        labels: &Self::Buffer,
+        loss: &mut Self::Buffer,
+        correct: &mut Self::Buffer,
+    ) -> Result<()>;
+    /// d(loss)/d(logits) (overwrites dlogits).
+    fn cross_entropy_backward(
+        &self,
+        p: &CrossEntropyParams,
+        logits: &Self::Buffer,
+        labels: &Self::Buffer,
+        dlogits: &mut Self::Buffer,
+    ) -> Result<()>;
+
+    // --- element-wise and reductions ----------------------------------------------
+    /// out := a + b.
+    fn add(&self, a: &Self::Buffer, b: &Self::Buffer, out: &mut Self::Buffer) -> Result<()>;
+    /// dst := dst + src.
+    fn add_assign(&self, dst: &mut Self::Buffer, src: &Self::Buffer) -> Result<()>;
+    /// x := alpha · x.
+    fn scale(&self, x: &mut Self::Buffer, alpha: f32) -> Result<()>;
+    /// y := y + alpha · x.
+    fn axpy(&self, alpha: f32, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()>;
+    /// out[index] := Σ x², so many norms can be gathered in one buffer and downloaded
+    /// (or consumed on the device) together.
+    fn sum_squares(&self, x: &Self::Buffer, out: &mut Self::Buffer, index: usize) -> Result<()>;
+    /// Whether any element is NaN or infinite (a small download on device backends).
+    fn has_non_finite(&self, x: &Self::Buffer) -> Result<bool>;
+}

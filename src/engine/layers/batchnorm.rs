@@ -1,0 +1,132 @@
+//! Batch normalisation over the channels of NHWC activations, as PyTorch's BatchNorm2d:
+//! batch statistics in training (running statistics updated with momentum, running var
+//! from the unbiased batch variance), running statistics in eval mode.
+
+use super::{ParamKind, ParamMut};
+use crate::engine::backend::{
+    Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved,
+};
+use crate::engine::tensor::Tensor;
+use crate::engine::{EngineError, Result};
+
+pub const DEFAULT_EPS: f32 = 1e-5;
+pub const DEFAULT_MOMENTUM: f32 = 0.1;
+
+pub struct BatchNorm2d<B: Backend> {
+    pub channels: usize,
+    pub eps: f32,
+    pub momentum: f32,
+    /// Training mode uses and updates batch statistics; eval mode uses running ones.
+    pub training: bool,
+    /// γ (initially 1), β (0), running mean (0) and running var (1).
+    pub state: BatchNormBuffers<B::Buffer>,
+    pub grads: BatchNormGrads<B::Buffer>,
+    saved: BatchNormSaved<B::Buffer>,
+    saved_valid: bool,
+}
+
+impl<B: Backend> BatchNorm2d<B> {
+    pub fn new(backend: &B, channels: usize) -> Result<Self> {
+        if channels == 0 {
+            return Err(EngineError::InvalidParameter {
+                op: "BatchNorm2d::new",
+                reason: "zero channels".into(),
+            });
+        }
+        let ones = vec![1.0; channels];
+        Ok(BatchNorm2d {
+            channels,
+            eps: DEFAULT_EPS,
+            momentum: DEFAULT_MOMENTUM,
+            training: true,
+            state: BatchNormBuffers {
+                gamma: backend.upload(&ones)?,
+                beta: backend.zeros(channels)?,
+                running_mean: backend.zeros(channels)?,
+                running_var: backend.upload(&ones)?,
+            },
+            grads: BatchNormGrads {
+                gamma: backend.zeros(channels)?,
+                beta: backend.zeros(channels)?,
+            },
+            saved: BatchNormSaved {
+                mean: backend.zeros(channels)?,
+                inv_std: backend.zeros(channels)?,
+            },
+            saved_valid: false,
+        })
+    }
+
+    fn params(&self, x: &Tensor<B>) -> Result<BatchNormParams> {
+        let [n, h, w, c] = x.nhwc("batch_norm")?;
+        if c != self.channels {
+            return Err(EngineError::ShapeMismatch {
+                op: "batch_norm",
+                what: "input channels",
+                expected: vec![self.channels],
+                got: vec![c],
+            });
+        }
+        Ok(BatchNormParams {
+            rows: n * h * w,
+            channels: c,
+            eps: self.eps,
+            momentum: self.momentum,
+        })
+    }
+
+    pub fn forward(&mut self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let p = self.params(x)?;
+        let mut y = Tensor::alloc(backend, x.shape())?;
+        if self.training {
+            backend.batch_norm_forward_train(
+                &p,
+                x.buffer(),
+                &mut self.state,
+                &mut self.saved,
+                y.buffer_mut(),
+            )?;
+            self.saved_valid = true;
+        } else {
+            backend.batch_norm_forward_eval(&p, x.buffer(), &self.state, y.buffer_mut())?;
+        }
+        Ok(y)
+    }
+
+    /// Gradient of the last training-mode forward, whose input was `x`.
+    pub fn backward(&mut self, backend: &B, x: &Tensor<B>, dy: &Tensor<B>) -> Result<Tensor<B>> {
+        if !self.saved_valid {
+            return Err(EngineError::MissingForwardState {
+                op: "batch_norm backward",
+            });
+        }
+        let p = self.params(x)?;
+        dy.expect_shape("batch_norm backward", "dy", x.shape())?;
+        let mut dx = Tensor::alloc(backend, x.shape())?;
+        backend.batch_norm_backward(
+            &p,
+            x.buffer(),
+            dy.buffer(),
+            &self.state.gamma,
+            &self.saved,
+            dx.buffer_mut(),
+            &mut self.grads,
+        )?;
+        Ok(dx)
+    }
+
+    pub fn parameters(&mut self) -> Vec<ParamMut<'_, B>> {
+        vec![
+            ParamMut {
+                kind: ParamKind::BatchNormGamma,
+                value: &mut self.state.gamma,
+                grad: &self.grads.gamma,
+            },
+            ParamMut {
+                kind: ParamKind::BatchNormBeta,
+                value: &mut self.state.beta,
+                grad: &self.grads.beta,
+            },
+        ]
+    }
+}

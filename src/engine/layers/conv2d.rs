@@ -1,0 +1,212 @@
+//! 2-D convolution without bias. Weights are stored HWIO (`[kh, kw, in_c, out_c]`), the
+//! layout in which the CPU GEMM reads them directly; [`conv_weight_from_oihw`] and
+//! [`conv_weight_to_oihw`] convert from and to PyTorch's `[out_c, in_c, kh, kw]`.
+
+use super::{ParamKind, ParamMut};
+use crate::engine::backend::{Backend, Conv2dParams};
+use crate::engine::tensor::Tensor;
+use crate::engine::{EngineError, Result};
+
+/// The sizes of a convolution's weight, in PyTorch's (out, in, kh, kw) order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvWeightShape {
+    pub out_c: usize,
+    pub in_c: usize,
+    pub kernel_h: usize,
+    pub kernel_w: usize,
+}
+
+impl ConvWeightShape {
+    pub fn len(&self) -> usize {
+        self.out_c * self.in_c * self.kernel_h * self.kernel_w
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn check_weight_len(op: &'static str, s: &ConvWeightShape, got: usize) -> Result<()> {
+    if got == s.len() {
+        Ok(())
+    } else {
+        Err(EngineError::BufferLength {
+            op,
+            what: "weight values",
+            expected: s.len(),
+            got,
+        })
+    }
+}
+
+/// PyTorch OIHW values → this engine's HWIO layout.
+pub fn conv_weight_from_oihw(oihw: &[f32], s: ConvWeightShape) -> Result<Vec<f32>> {
+    check_weight_len("conv_weight_from_oihw", &s, oihw.len())?;
+    let mut hwio = vec![0.0; s.len()];
+    for o in 0..s.out_c {
+        for i in 0..s.in_c {
+            for h in 0..s.kernel_h {
+                for w in 0..s.kernel_w {
+                    hwio[((h * s.kernel_w + w) * s.in_c + i) * s.out_c + o] =
+                        oihw[((o * s.in_c + i) * s.kernel_h + h) * s.kernel_w + w];
+                }
+            }
+        }
+    }
+    Ok(hwio)
+}
+
+/// This engine's HWIO layout → PyTorch OIHW (for weights and their gradients).
+pub fn conv_weight_to_oihw(hwio: &[f32], s: ConvWeightShape) -> Result<Vec<f32>> {
+    check_weight_len("conv_weight_to_oihw", &s, hwio.len())?;
+    let mut oihw = vec![0.0; s.len()];
+    for o in 0..s.out_c {
+        for i in 0..s.in_c {
+            for h in 0..s.kernel_h {
+                for w in 0..s.kernel_w {
+                    oihw[((o * s.in_c + i) * s.kernel_h + h) * s.kernel_w + w] =
+                        hwio[((h * s.kernel_w + w) * s.in_c + i) * s.out_c + o];
+                }
+            }
+        }
+    }
+    Ok(oihw)
+}
+
+pub struct Conv2d<B: Backend> {
+    pub in_c: usize,
+    pub out_c: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    pub padding: usize,
+    /// `[kernel, kernel, in_c, out_c]`.
+    pub weight: Tensor<B>,
+    pub weight_grad: Tensor<B>,
+    /// When false (the first layer of a network), backward skips the input gradient.
+    pub needs_input_grad: bool,
+}
+
+impl<B: Backend> Conv2d<B> {
+    /// A square-kernel convolution with zero weights (initialise them with
+    /// [`Conv2d::set_weight_oihw`]).
+    pub fn new(
+        backend: &B,
+        in_c: usize,
+        out_c: usize,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+    ) -> Result<Self> {
+        if in_c == 0 || out_c == 0 || kernel == 0 || stride == 0 || padding >= kernel {
+            return Err(EngineError::InvalidParameter {
+                op: "Conv2d::new",
+                reason: format!(
+                    "in {in_c}, out {out_c}, kernel {kernel}, stride {stride}, padding {padding}"
+                ),
+            });
+        }
+        let shape = [kernel, kernel, in_c, out_c];
+        Ok(Conv2d {
+            in_c,
+            out_c,
+            kernel,
+            stride,
+            padding,
+            weight: Tensor::zeros(backend, &shape)?,
+            weight_grad: Tensor::zeros(backend, &shape)?,
+            needs_input_grad: true,
+        })
+    }
+
+    pub fn weight_shape(&self) -> ConvWeightShape {
+        ConvWeightShape {
+            out_c: self.out_c,
+            in_c: self.in_c,
+            kernel_h: self.kernel,
+            kernel_w: self.kernel,
+        }
+    }
+
+    /// Loads weights given in PyTorch's (out, in, kh, kw) order.
+    pub fn set_weight_oihw(&mut self, backend: &B, oihw: &[f32]) -> Result<()> {
+        let hwio = conv_weight_from_oihw(oihw, self.weight_shape())?;
+        let shape = self.weight.shape().to_vec();
+        self.weight = Tensor::from_host(backend, &shape, &hwio)?;
+        Ok(())
+    }
+
+    pub fn weight_oihw(&self, backend: &B) -> Result<Vec<f32>> {
+        conv_weight_to_oihw(&self.weight.to_host(backend)?, self.weight_shape())
+    }
+
+    pub fn weight_grad_oihw(&self, backend: &B) -> Result<Vec<f32>> {
+        conv_weight_to_oihw(&self.weight_grad.to_host(backend)?, self.weight_shape())
+    }
+
+    /// The op parameters for an NHWC input of this shape.
+    pub fn params(&self, input: &Tensor<B>) -> Result<Conv2dParams> {
+        let [n, h, w, c] = input.nhwc("conv2d")?;
+        if c != self.in_c {
+            return Err(EngineError::ShapeMismatch {
+                op: "conv2d",
+                what: "input channels",
+                expected: vec![self.in_c],
+                got: vec![c],
+            });
+        }
+        let p = Conv2dParams {
+            batch: n,
+            in_h: h,
+            in_w: w,
+            in_c: c,
+            out_c: self.out_c,
+            kernel_h: self.kernel,
+            kernel_w: self.kernel,
+            stride: self.stride,
+            padding: self.padding,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    pub fn forward(&self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let p = self.params(x)?;
+        let mut y = Tensor::alloc(backend, &[p.batch, p.out_h(), p.out_w(), p.out_c])?;
+        backend.conv2d_forward(&p, x.buffer(), self.weight.buffer(), y.buffer_mut())?;
+        Ok(y)
+    }
+
+    /// Writes the weight gradient and returns dx (None when `needs_input_grad` is off).
+    pub fn backward(
+        &mut self,
+        backend: &B,
+        x: &Tensor<B>,
+        dy: &Tensor<B>,
+    ) -> Result<Option<Tensor<B>>> {
+        let p = self.params(x)?;
+        dy.expect_shape(
+            "conv2d backward",
+            "dy",
+            &[p.batch, p.out_h(), p.out_w(), p.out_c],
+        )?;
+        backend.conv2d_backward_filter(
+            &p,
+            x.buffer(),
+            dy.buffer(),
+            self.weight_grad.buffer_mut(),
+        )?;
+        if !self.needs_input_grad {
+            return Ok(None);
+        }
+        let mut dx = Tensor::alloc(backend, x.shape())?;
+        backend.conv2d_backward_data(&p, dy.buffer(), self.weight.buffer(), dx.buffer_mut())?;
+        Ok(Some(dx))
+    }
+
+    pub fn parameters(&mut self) -> Vec<ParamMut<'_, B>> {
+        vec![ParamMut {
+            kind: ParamKind::ConvWeight,
+            value: self.weight.buffer_mut(),
+            grad: self.weight_grad.buffer(),
+        }]
+    }
+}

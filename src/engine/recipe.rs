@@ -1,0 +1,482 @@
+//! The training recipe: every hyperparameter of a ResNet training run, with the MLPerf
+//! v4.0 tinybox values as defaults, a small-batch preset for the smoke suite, and
+//! per-run overrides from the run's options.
+//!
+//! Epochs are numbered from 1, as MLLOG's `epoch_num` is: the first epoch of a run is
+//! epoch 1. Steps are numbered from 0 and count the steps already taken.
+
+use serde_json::{Map, Value};
+
+use super::mllog::RunConfig;
+use super::optim::LarsConfig;
+use super::schedule::{PolynomialDecayWithWarmup, ScheduleError};
+
+/// The weight decay is `WEIGHT_DECAY_UNIT · 2^N`; MLPerf rules fix the form, N is free.
+pub const WEIGHT_DECAY_UNIT: f64 = 1e-4;
+
+/// The run-option keys [`Recipe::with_options`] reads, with what each sets.
+pub const OPTION_KEYS: &[(&str, &str)] = &[
+    (
+        "batch_size",
+        "global training batch size; without base_lr the LR scales linearly with it",
+    ),
+    ("eval_batch_size", "evaluation batch size"),
+    (
+        "base_lr",
+        "peak learning rate, reached at the end of warmup",
+    ),
+    ("end_lr", "learning rate at the end of the planned epochs"),
+    ("warmup_epochs", "epochs of linear warmup from LR 0"),
+    (
+        "train_epochs",
+        "planned epochs: the decay horizon and the most a run trains",
+    ),
+    ("lr_decay_power", "power of the polynomial decay"),
+    ("weight_decay", "LARS weight decay, as a number"),
+    (
+        "weight_decay_n",
+        "LARS weight decay as 1e-4 · 2^N, giving N",
+    ),
+    ("momentum", "momentum of LARS and of the skip-list SGD"),
+    (
+        "lars_epsilon",
+        "epsilon in the LARS trust ratio's denominator",
+    ),
+    ("lars_trust_coefficient", "LARS trust coefficient"),
+    (
+        "label_smoothing",
+        "label smoothing of the cross-entropy loss",
+    ),
+    ("eval_start_epoch", "first evaluated epoch (1-based)"),
+    (
+        "eval_every",
+        "epochs between evaluations before eval_every_epoch_from",
+    ),
+    (
+        "eval_every_epoch_from",
+        "from this epoch on, every epoch is evaluated",
+    ),
+    ("target_accuracy", "top-1 accuracy at which the run stops"),
+    ("seed", "seed of weight init, shuffling and augmentation"),
+];
+
+/// A recipe option that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RecipeError {
+    #[error("option {key} must be a number, got {value}")]
+    NotANumber { key: String, value: String },
+    #[error("option {key} must be a whole number, got {value}")]
+    NotWhole { key: String, value: f64 },
+    #[error("option {key} = {value} is out of range {range} ({help})")]
+    OutOfRange {
+        key: String,
+        value: f64,
+        range: String,
+        help: String,
+    },
+    #[error("{0}")]
+    Inconsistent(String),
+}
+
+/// Every hyperparameter of a training run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Recipe {
+    pub global_batch_size: usize,
+    pub eval_batch_size: usize,
+    /// Peak LR, reached after warmup. Used as is by LARS and by the skip-list SGD.
+    pub base_lr: f64,
+    pub end_lr: f64,
+    pub warmup_epochs: u32,
+    /// The planned epochs: the LR decays to `end_lr` over them, and a run that has not
+    /// reached its target by their end stops there.
+    pub train_epochs: u32,
+    pub lr_decay_power: f64,
+    /// Weight decay is `weight_decay_base · 2^weight_decay_exponent`.
+    pub weight_decay_base: f64,
+    pub weight_decay_exponent: i32,
+    pub momentum: f64,
+    pub lars_epsilon: f64,
+    pub lars_trust_coefficient: f64,
+    pub label_smoothing: f64,
+    /// First evaluated epoch, 1-based.
+    pub eval_start_epoch: u32,
+    pub eval_every: u32,
+    /// From this epoch on every epoch is evaluated.
+    pub eval_every_epoch_from: u32,
+    pub target_accuracy: f64,
+    pub seed: u64,
+}
+
+impl Default for Recipe {
+    /// The MLPerf Training v4.0 tinybox recipe (see [`Recipe::mlperf`]).
+    fn default() -> Self {
+        Self::mlperf()
+    }
+}
+
+impl Recipe {
+    /// The MLPerf Training v4.0 ResNet-50 recipe of the tinybox submissions: global
+    /// batch 1536, LARS with base LR 7.2 over 2 warmup and 37 planned epochs, end LR
+    /// 1e-4, weight decay 1e-4·2¹, evaluation at epochs 3, 7, …, 31 and every epoch from
+    /// 33, target top-1 0.759.
+    pub fn mlperf() -> Self {
+        Self {
+            global_batch_size: 1536,
+            eval_batch_size: 192,
+            base_lr: 7.2,
+            end_lr: 1e-4,
+            warmup_epochs: 2,
+            train_epochs: 37,
+            lr_decay_power: 2.0,
+            weight_decay_base: WEIGHT_DECAY_UNIT,
+            weight_decay_exponent: 1,
+            momentum: 0.9,
+            lars_epsilon: 0.0,
+            lars_trust_coefficient: 0.001,
+            label_smoothing: 0.1,
+            eval_start_epoch: 3,
+            eval_every: 4,
+            eval_every_epoch_from: 33,
+            target_accuracy: 0.759,
+            seed: 0,
+        }
+    }
+
+    /// The smoke suite's recipe: the same optimizer and schedule at batch 128 with the
+    /// base LR scaled linearly from the reference (7.2 · 128 / 1536 = 0.6), one warmup
+    /// epoch, a short horizon, evaluation after every epoch and a target that a small
+    /// ResNet reaches on the generated dataset.
+    pub fn smoke() -> Self {
+        let reference = Self::mlperf();
+        let batch = 128;
+        Self {
+            global_batch_size: batch,
+            eval_batch_size: 256,
+            base_lr: reference.base_lr * batch as f64 / reference.global_batch_size as f64,
+            warmup_epochs: 1,
+            train_epochs: 12,
+            eval_start_epoch: 1,
+            eval_every: 1,
+            eval_every_epoch_from: 1,
+            target_accuracy: 0.70,
+            ..reference
+        }
+    }
+
+    /// The default recipe with `options` applied (see [`Recipe::with_options`]).
+    pub fn from_options(options: &Map<String, Value>) -> Result<Self, RecipeError> {
+        Self::mlperf().with_options(options)
+    }
+
+    /// This recipe with the recipe keys of `options` ([`OPTION_KEYS`]) applied, each
+    /// range-checked; other keys belong to other parts of a run and are left alone. When
+    /// `batch_size` is given without `base_lr`, the base LR scales linearly with the
+    /// batch. `weight_decay` and `weight_decay_n` exclude each other.
+    pub fn with_options(&self, options: &Map<String, Value>) -> Result<Self, RecipeError> {
+        let mut r = self.clone();
+        let opts = Options(options);
+        if let Some(batch) = opts.whole("batch_size", 1.0, 1_048_576.0)? {
+            if !options.contains_key("base_lr") {
+                r.base_lr *= batch / r.global_batch_size as f64;
+            }
+            r.global_batch_size = batch as usize;
+        }
+        if let Some(v) = opts.whole("eval_batch_size", 1.0, 1_048_576.0)? {
+            r.eval_batch_size = v as usize;
+        }
+        if let Some(v) = opts.real("base_lr", Bound::Open(0.0), Bound::Closed(1000.0))? {
+            r.base_lr = v;
+        }
+        if let Some(v) = opts.real("end_lr", Bound::Closed(0.0), Bound::Closed(1000.0))? {
+            r.end_lr = v;
+        }
+        if let Some(v) = opts.whole("warmup_epochs", 0.0, 10_000.0)? {
+            r.warmup_epochs = v as u32;
+        }
+        if let Some(v) = opts.whole("train_epochs", 1.0, 10_000.0)? {
+            r.train_epochs = v as u32;
+        }
+        if let Some(v) = opts.real("lr_decay_power", Bound::Open(0.0), Bound::Closed(16.0))? {
+            r.lr_decay_power = v;
+        }
+        let decay = opts.real("weight_decay", Bound::Closed(0.0), Bound::Closed(1.0))?;
+        let decay_n = opts.whole("weight_decay_n", -30.0, 13.0)?;
+        match (decay, decay_n) {
+            (Some(_), Some(_)) => {
+                return Err(RecipeError::Inconsistent(
+                    "give weight_decay or weight_decay_n, not both".into(),
+                ))
+            }
+            (Some(v), None) => {
+                r.weight_decay_base = v;
+                r.weight_decay_exponent = 0;
+            }
+            (None, Some(n)) => {
+                r.weight_decay_base = WEIGHT_DECAY_UNIT;
+                r.weight_decay_exponent = n as i32;
+            }
+            (None, None) => {}
+        }
+        if let Some(v) = opts.real("momentum", Bound::Closed(0.0), Bound::Open(1.0))? {
+            r.momentum = v;
+        }
+        if let Some(v) = opts.real("lars_epsilon", Bound::Closed(0.0), Bound::Closed(1.0))? {
+            r.lars_epsilon = v;
+        }
+        if let Some(v) = opts.real(
+            "lars_trust_coefficient",
+            Bound::Closed(0.0),
+            Bound::Closed(1.0),
+        )? {
+            r.lars_trust_coefficient = v;
+        }
+        if let Some(v) = opts.real("label_smoothing", Bound::Closed(0.0), Bound::Open(1.0))? {
+            r.label_smoothing = v;
+        }
+        if let Some(v) = opts.whole("eval_start_epoch", 1.0, 10_000.0)? {
+            r.eval_start_epoch = v as u32;
+        }
+        if let Some(v) = opts.whole("eval_every", 1.0, 10_000.0)? {
+            r.eval_every = v as u32;
+        }
+        if let Some(v) = opts.whole("eval_every_epoch_from", 1.0, 10_000.0)? {
+            r.eval_every_epoch_from = v as u32;
+        }
+        if let Some(v) = opts.real("target_accuracy", Bound::Open(0.0), Bound::Closed(1.0))? {
+            r.target_accuracy = v;
+        }
+        if let Some(seed) = opts.seed("seed")? {
+            r.seed = seed;
+        }
+        r.validate()?;
+        Ok(r)
+    }
+
+    /// Checks the relations between fields that single ranges cannot.
+    pub fn validate(&self) -> Result<(), RecipeError> {
+        if self.global_batch_size == 0 || self.eval_batch_size == 0 {
+            return Err(RecipeError::Inconsistent(
+                "batch sizes must be at least 1".into(),
+            ));
+        }
+        if self.train_epochs == 0 {
+            return Err(RecipeError::Inconsistent(
+                "train_epochs must be at least 1".into(),
+            ));
+        }
+        if self.warmup_epochs > self.train_epochs {
+            return Err(RecipeError::Inconsistent(format!(
+                "warmup_epochs ({}) exceeds train_epochs ({})",
+                self.warmup_epochs, self.train_epochs
+            )));
+        }
+        if !(self.base_lr.is_finite() && self.base_lr > 0.0) {
+            return Err(RecipeError::Inconsistent(format!(
+                "base_lr must be positive, got {}",
+                self.base_lr
+            )));
+        }
+        if !(self.end_lr >= 0.0 && self.end_lr <= self.base_lr) {
+            return Err(RecipeError::Inconsistent(format!(
+                "end_lr ({}) must lie between 0 and base_lr ({})",
+                self.end_lr, self.base_lr
+            )));
+        }
+        let wd = self.weight_decay();
+        if !(wd.is_finite() && wd >= 0.0) {
+            return Err(RecipeError::Inconsistent(format!(
+                "weight decay {wd} is not usable"
+            )));
+        }
+        if self.eval_every == 0 {
+            return Err(RecipeError::Inconsistent(
+                "eval_every must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `weight_decay_base · 2^weight_decay_exponent` (2e-4 in the reference).
+    pub fn weight_decay(&self) -> f64 {
+        self.weight_decay_base * 2f64.powi(self.weight_decay_exponent)
+    }
+
+    /// The LARS hyperparameters in the optimizer's precision.
+    pub fn lars_config(&self) -> LarsConfig {
+        LarsConfig {
+            momentum: self.momentum as f32,
+            weight_decay: self.weight_decay() as f32,
+            trust_coefficient: self.lars_trust_coefficient as f32,
+            epsilon: self.lars_epsilon as f32,
+        }
+    }
+
+    /// Steps in an epoch of `train_samples` images: the batch count rounded up, since
+    /// the first batch of each epoch is padded.
+    pub fn steps_per_epoch(&self, train_samples: usize) -> u64 {
+        train_samples.div_ceil(self.global_batch_size.max(1)) as u64
+    }
+
+    /// The LR schedule for epochs of `steps_per_epoch` steps.
+    pub fn schedule(
+        &self,
+        steps_per_epoch: u64,
+    ) -> Result<PolynomialDecayWithWarmup, ScheduleError> {
+        PolynomialDecayWithWarmup::new(
+            self.base_lr,
+            self.end_lr,
+            u64::from(self.warmup_epochs) * steps_per_epoch,
+            u64::from(self.train_epochs) * steps_per_epoch,
+            self.lr_decay_power,
+        )
+    }
+
+    /// The LR of step `step` (0-based, counted over the whole run).
+    pub fn lr_at(&self, step: u64, steps_per_epoch: u64) -> Result<f64, ScheduleError> {
+        Ok(self.schedule(steps_per_epoch)?.lr_at(step))
+    }
+
+    /// The hyperparameters a run logs to MLLOG. `lars_opt_learning_rate_decay_steps` is
+    /// the planned epochs, as the reference logs it; `bn_span` is the number of images
+    /// each batch-norm layer computes its statistics over (the per-device batch).
+    pub fn mllog_config(&self, train_samples: u64, eval_samples: u64, bn_span: u64) -> RunConfig {
+        RunConfig {
+            seed: self.seed,
+            global_batch_size: self.global_batch_size as u64,
+            train_samples,
+            eval_samples,
+            gradient_accumulation_steps: 1,
+            base_learning_rate: self.base_lr,
+            end_learning_rate: self.end_lr,
+            warmup_epochs: f64::from(self.warmup_epochs),
+            decay_steps: u64::from(self.train_epochs),
+            poly_power: self.lr_decay_power,
+            momentum: self.momentum,
+            weight_decay: self.weight_decay(),
+            epsilon: self.lars_epsilon,
+            bn_span,
+        }
+    }
+
+    /// Whether the run evaluates after `epoch` (1-based, as MLLOG's `epoch_num`): every
+    /// `eval_every` epochs from `eval_start_epoch`, every epoch from
+    /// `eval_every_epoch_from`, and always after the last planned epoch.
+    pub fn is_eval_epoch(&self, epoch: u32) -> bool {
+        if epoch == 0 {
+            return false;
+        }
+        let cadence = epoch >= self.eval_start_epoch
+            && (epoch - self.eval_start_epoch) % self.eval_every.max(1) == 0;
+        cadence || epoch >= self.eval_every_epoch_from || epoch == self.train_epochs
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Bound {
+    Open(f64),
+    Closed(f64),
+}
+
+impl Bound {
+    fn value(self) -> f64 {
+        match self {
+            Bound::Open(v) | Bound::Closed(v) => v,
+        }
+    }
+}
+
+struct Options<'a>(&'a Map<String, Value>);
+
+impl Options<'_> {
+    fn number(&self, key: &str) -> Result<Option<f64>, RecipeError> {
+        let Some(value) = self.0.get(key) else {
+            return Ok(None);
+        };
+        match value.as_f64() {
+            Some(n) if n.is_finite() => Ok(Some(n)),
+            _ => Err(RecipeError::NotANumber {
+                key: key.into(),
+                value: value.to_string(),
+            }),
+        }
+    }
+
+    fn real(&self, key: &str, low: Bound, high: Bound) -> Result<Option<f64>, RecipeError> {
+        let Some(n) = self.number(key)? else {
+            return Ok(None);
+        };
+        let above = match low {
+            Bound::Open(l) => n > l,
+            Bound::Closed(l) => n >= l,
+        };
+        let below = match high {
+            Bound::Open(h) => n < h,
+            Bound::Closed(h) => n <= h,
+        };
+        if above && below {
+            return Ok(Some(n));
+        }
+        let open = if matches!(low, Bound::Open(_)) {
+            "("
+        } else {
+            "["
+        };
+        let close = if matches!(high, Bound::Open(_)) {
+            ")"
+        } else {
+            "]"
+        };
+        Err(out_of_range(
+            key,
+            n,
+            format!("{open}{}, {}{close}", low.value(), high.value()),
+        ))
+    }
+
+    /// A seed: any u64, which JSON integers carry exactly (a float would round).
+    fn seed(&self, key: &str) -> Result<Option<u64>, RecipeError> {
+        let Some(value) = self.0.get(key) else {
+            return Ok(None);
+        };
+        if let Some(seed) = value.as_u64() {
+            return Ok(Some(seed));
+        }
+        match self.number(key)? {
+            Some(n) if n.fract() != 0.0 => Err(RecipeError::NotWhole {
+                key: key.into(),
+                value: n,
+            }),
+            Some(n) => Err(out_of_range(key, n, format!("[0, {}]", u64::MAX))),
+            None => Ok(None),
+        }
+    }
+
+    fn whole(&self, key: &str, low: f64, high: f64) -> Result<Option<f64>, RecipeError> {
+        let Some(n) = self.number(key)? else {
+            return Ok(None);
+        };
+        if n.fract() != 0.0 {
+            return Err(RecipeError::NotWhole {
+                key: key.into(),
+                value: n,
+            });
+        }
+        if !(low..=high).contains(&n) {
+            return Err(out_of_range(key, n, format!("[{low}, {high}]")));
+        }
+        Ok(Some(n))
+    }
+}
+
+fn out_of_range(key: &str, value: f64, range: String) -> RecipeError {
+    let help = OPTION_KEYS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map_or("", |(_, h)| h);
+    RecipeError::OutOfRange {
+        key: key.into(),
+        value,
+        range,
+        help: help.into(),
+    }
+}
