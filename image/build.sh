@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --variant) variant=${2:?--variant needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     --resolve-only) resolve_only=1; shift ;;
-    -h | --help) sed -n 2,13p "$0"; exit 0 ;;
+    -h | --help) sed -n "2,/^set -euo/{/^#/p}" "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
@@ -204,7 +204,7 @@ root="$work/root.img"
 fs_uuid=$(echo "$name $SOURCE_DATE_EPOCH" | sha256sum | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
 note "ext4 root: ${used_mib} MiB of files in a ${root_mib} MiB filesystem"
 E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH mke2fs -q -t ext4 -L root -U "$fs_uuid" -E hash_seed="$fs_uuid" \
-    -d "$rootfs" "$root" "${root_mib}M"
+    -d "$rootfs" "$root" "${root_mib}M" >/dev/null
 
 raw="$work/$name.raw"
 total_mib=$((1 + esp_mib + root_mib + 1))

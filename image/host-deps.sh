@@ -11,7 +11,7 @@ build)
            mke2fs:e2fsprogs zstd:zstd bmaptool:bmap-tools sha256sum:coreutils curl:curl"
     ;;
 test)
-    tools="qemu-system-x86_64:qemu-system-x86 curl:curl jq:jq ss:iproute2 sfdisk:fdisk mcopy:mtools"
+    tools="qemu-system-x86_64:qemu-system-x86 curl:curl jq:jq ss:iproute2 sfdisk:fdisk mcopy:mtools debugfs:e2fsprogs"
     ;;
 *)
     echo "host-deps.sh: unknown set '$what' (build or test)" >&2
