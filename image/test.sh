@@ -101,7 +101,8 @@ mcopy -o -i "$esp" "$work/tinybox-selftest.conf" ::/loader/entries/tinybox-selft
 mcopy -o -i "$esp" "$work/loader.conf" ::/loader/loader.conf
 
 # The acceptance suite's default CPU GEMM (2048^3) takes many minutes under
-# TCG; the test copy runs the same boot suite with a small GEMM. The flashable
+# TCG, and so does a ResNet-50 step at 224²; the test copy runs the same boot
+# suite with a small GEMM and a tiny training step. The flashable
 # image keeps the defaults. debugfs edits the copy's ext4 without mounting it.
 root_start=$(jq -r '.partitiontable.partitions[] | select(.name == "root") | .start' <<<"$table")
 root_img="$work/root.img"
@@ -111,7 +112,7 @@ config=/etc/tinyperf/tinyperf.toml
 debugfs -R "cat $config" "$root_img" 2>/dev/null >"$work/tinyperf.toml"
 grep -q '^boot_suite = "acceptance"' "$work/tinyperf.toml" ||
     die "the image's $config does not set boot_suite = \"acceptance\""
-echo "boot_options = { gemm_size = $test_gemm_size, gemm_seconds = 1 }" >>"$work/tinyperf.toml"
+echo "boot_options = { gemm_size = $test_gemm_size, gemm_seconds = 1, train_batch = 2, train_image_size = 32, train_steps = 1, train_warmup = 0 }" >>"$work/tinyperf.toml"
 debugfs -w -R "rm $config" "$root_img" >/dev/null 2>&1
 debugfs -w -R "write $work/tinyperf.toml $config" "$root_img" >/dev/null 2>&1
 debugfs -w -R "sif $config mode 0100644" "$root_img" >/dev/null 2>&1
