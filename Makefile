@@ -65,8 +65,16 @@ install: release
 	install -Dm644 udev/70-tinyperf.rules $(DESTDIR)$(PREFIX)/lib/udev/rules.d/70-tinyperf.rules
 	install -Dm644 systemd/tinyperf.toml $(DESTDIR)/etc/tinyperf/tinyperf.toml
 
-image image-test:
-	@echo "make $@: the OS image recipe is not implemented yet" >&2; exit 1
+## The flashable OS image (as root on Debian 12): out/image/tinybox-$(VARIANT).raw{,.zst},
+## .bmap, .manifest, .SHA256SUMS. VARIANT=cpu|green|red; MIRROR=, SNAPSHOT= pick the archive.
+VARIANT ?= cpu
+IMAGE_OUT ?= out/image
+image:
+	image/build.sh --variant $(VARIANT) --out $(IMAGE_OUT)
+
+## Boot the cpu image under QEMU (TCG, OVMF) and check the agent from outside and inside.
+image-test:
+	image/test.sh --image $(IMAGE_OUT)/tinybox-cpu.raw --out out/image-test
 
 clean:
 	$(CARGO) clean

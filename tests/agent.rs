@@ -174,7 +174,7 @@ fn run_with_a_state_dir_records_the_run() {
 fn run_rejects_unknown_suites_and_options_with_usage_errors() {
     for args in [
         vec!["run", "fastest"],
-        vec!["run", "smoke"],
+        vec!["run", "smoke", "-o", "base_lr=-1"],
         vec!["run", "inventory", "-o", "x=1"],
         vec!["run", "acceptance", "-o", "gemm_size=3"],
         vec!["run", "acceptance", "--options-json", "[1]"],
@@ -223,4 +223,79 @@ fn a_cancelled_worker_reports_cancelled() {
 
 extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
+}
+
+fn curl(args: &[&str]) -> (String, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", ""));
+    (body.to_string(), code.to_string())
+}
+
+#[test]
+fn a_run_started_over_dbus_shows_over_http_and_in_the_cli() {
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("");
+    let agent = Agent::start(&bus, &dirs);
+    let base = format!("http://{}", agent.http);
+
+    let out = Command::new("busctl")
+        .arg(format!("--address={}", bus.address))
+        .args([
+            "call",
+            "org.tinyperf.Agent1",
+            "/org/tinyperf/Agent1",
+            "org.tinyperf.Agent1",
+            "Start",
+            "sa{sv}",
+            "inventory",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // busctl prints: s "<id>"
+    let id = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .trim_start_matches("s ")
+        .trim_matches('"')
+        .to_string();
+    assert!(!id.is_empty());
+
+    let record = wait_for(
+        Duration::from_secs(30),
+        "the run to finish over HTTP",
+        || {
+            let (body, code) = curl(&[&format!("{base}/api/v1/runs/{id}")]);
+            let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+            (code == "200" && v["state"] != "running").then_some(v)
+        },
+    );
+    assert_eq!(record["id"], id.as_str());
+    assert_eq!(record["trigger"], "dbus");
+    assert_eq!(record["state"], "passed");
+    assert_eq!(record["stages"][0]["name"], "inventory");
+
+    let runs = Command::new(tinyperf_exe())
+        .args(["runs", "--bus", &bus.address])
+        .output()
+        .unwrap();
+    assert!(runs.status.success(), "{runs:?}");
+    assert!(String::from_utf8_lossy(&runs.stdout).contains(&id));
+
+    let (body, code) = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        "{\"suite\": \"inventory\"}",
+        &format!("{base}/api/v1/runs"),
+    ]);
+    assert_eq!(code, "401", "{body}");
+    assert!(body.contains("\"error\""), "{body}");
 }

@@ -34,6 +34,7 @@ struct ConfigFile {
     state_dir: Option<PathBuf>,
     dataset: Option<PathBuf>,
     boot_suite: Option<String>,
+    boot_options: Option<toml::Table>,
     sku: Option<String>,
     retention: Option<usize>,
     cancel_grace_s: Option<f64>,
@@ -48,6 +49,8 @@ pub struct Config {
     pub dataset: PathBuf,
     /// Suite run once when the agent starts.
     pub boot_suite: Option<String>,
+    /// Options of the boot suite's run (as `tinyperf start -o KEY=VALUE`).
+    pub boot_options: serde_json::Map<String, serde_json::Value>,
     /// Judge the box as this SKU instead of recognising it.
     pub sku: Option<String>,
     /// How many runs the store keeps.
@@ -66,6 +69,7 @@ impl Default for Config {
             state_dir: DEFAULT_STATE_DIR.into(),
             dataset: DEFAULT_DATASET.into(),
             boot_suite: None,
+            boot_options: serde_json::Map::new(),
             sku: None,
             retention: DEFAULT_RETENTION,
             cancel_grace: Duration::from_secs_f64(DEFAULT_CANCEL_GRACE_S),
@@ -131,6 +135,19 @@ impl Config {
             }
             config.boot_suite = Some(suite);
         }
+        if let Some(table) = file.boot_options.filter(|t| !t.is_empty()) {
+            let Some(suite) = &config.boot_suite else {
+                return Err(invalid("boot_options needs a boot_suite".into()));
+            };
+            let serde_json::Value::Object(options) =
+                serde_json::to_value(&table).map_err(|e| invalid(format!("boot_options: {e}")))?
+            else {
+                return Err(invalid("boot_options must be a table".into()));
+            };
+            crate::suite::validate(suite, &options)
+                .map_err(|e| invalid(format!("boot_options: {e}")))?;
+            config.boot_options = options;
+        }
         if let Some(sku) = file.sku.filter(|s| !s.is_empty()) {
             if !crate::inventory::is_known_sku(&sku) {
                 return Err(invalid(format!(
@@ -180,6 +197,7 @@ mod tests {
             state_dir = "/tmp/state"
             dataset = "/data/imagenet"
             boot_suite = "acceptance"
+            boot_options = { gemm_size = 256, gemm_seconds = 0.5 }
             retention = 5
             cancel_grace_s = 2.5
             "#,
@@ -190,6 +208,8 @@ mod tests {
         assert_eq!(c.state_dir, PathBuf::from("/tmp/state"));
         assert_eq!(c.dataset, PathBuf::from("/data/imagenet"));
         assert_eq!(c.boot_suite.as_deref(), Some("acceptance"));
+        assert_eq!(c.boot_options["gemm_size"], 256);
+        assert_eq!(c.boot_options["gemm_seconds"], 0.5);
         assert_eq!(c.retention, 5);
         assert_eq!(c.cancel_grace, Duration::from_millis(2500));
     }
@@ -200,6 +220,15 @@ mod tests {
             ("colour = 1", "unknown field `colour`"),
             ("listen = \"nowhere\"", "not an ADDRESS:PORT"),
             ("boot_suite = \"fastest\"", "not a suite"),
+            ("boot_options = { gemm_size = 256 }", "needs a boot_suite"),
+            (
+                "boot_suite = \"acceptance\"\nboot_options = { size = 1 }",
+                "has no option",
+            ),
+            (
+                "boot_suite = \"inventory\"\nboot_options = { gemm_size = 256 }",
+                "takes no options",
+            ),
             ("retention = 0", "at least 1"),
             ("retention = -3", "retention"),
             ("state_dir = \"relative\"", "absolute"),

@@ -15,7 +15,6 @@ use std::sync::{Arc, RwLock};
 
 use anyhow::Context;
 use chrono::Utc;
-use serde_json::Map;
 use tokio::sync::{broadcast, mpsc};
 use tracing::{info, warn};
 
@@ -136,7 +135,10 @@ pub async fn run(options: AgentOptions) -> anyhow::Result<()> {
     notify::spawn_watchdog();
 
     if let Some(suite) = &config.boot_suite {
-        match handle.start(suite, Map::new(), Trigger::Boot).await {
+        match handle
+            .start(suite, config.boot_options.clone(), Trigger::Boot)
+            .await
+        {
             Ok(id) => info!(run = %id, %suite, "boot suite started"),
             Err(e) => warn!(%suite, error = %e, "cannot start the boot suite"),
         }

@@ -171,6 +171,11 @@ impl Supervisor {
             args.push("--sku".into());
             args.push(sku.into());
         }
+        // The benchmark trains on the configured ImageNet unless the run names another.
+        if record.suite == "mlperf-resnet" && !record.options.contains_key("dataset") {
+            args.push("--dataset".into());
+            args.push(self.config.dataset.clone().into());
+        }
         args
     }
 

@@ -134,9 +134,19 @@ pub enum EventFormat {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The suite to run (`inventory`, `acceptance`, `smoke`, `mlperf-resnet`).
-    #[arg(default_value = "acceptance")]
-    pub suite: String,
+    /// The suite to run (`inventory`, `acceptance`, `smoke`, `mlperf-resnet`); `acceptance`
+    /// when neither this nor `--suite` is given.
+    #[arg(value_name = "SUITE")]
+    pub suite: Option<String>,
+    /// The suite to run, as a flag.
+    #[arg(long = "suite", value_name = "SUITE", conflicts_with = "suite")]
+    pub suite_flag: Option<String>,
+    /// Train on this dataset folder in ImageNet layout (the `dataset` option).
+    #[arg(long, value_name = "DIR")]
+    pub dataset: Option<PathBuf>,
+    /// Stop training at this top-1 accuracy (the `target_accuracy` option).
+    #[arg(long, value_name = "FRACTION")]
+    pub target_accuracy: Option<f64>,
     /// How to report progress.
     #[arg(long, value_enum, default_value_t = EventFormat::Human)]
     pub events: EventFormat,
@@ -158,6 +168,17 @@ pub struct RunArgs {
     /// Judge the box as this SKU instead of recognising it.
     #[arg(long)]
     pub sku: Option<String>,
+}
+
+impl RunArgs {
+    /// The suite named positionally or by `--suite`, `acceptance` by default.
+    pub fn suite_name(&self) -> Result<String, String> {
+        match (&self.suite, &self.suite_flag) {
+            (Some(a), Some(b)) if a != b => Err(format!("two suites given: {a} and {b}")),
+            (Some(s), _) | (None, Some(s)) => Ok(s.clone()),
+            (None, None) => Ok("acceptance".to_string()),
+        }
+    }
 }
 
 #[derive(Debug, Args)]

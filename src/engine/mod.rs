@@ -19,6 +19,7 @@ pub mod recipe;
 pub mod rng;
 pub mod schedule;
 pub mod tensor;
+pub mod train;
 
 pub use backend::cpu::CpuBackend;
 pub use backend::{

@@ -7,10 +7,10 @@ pub mod record;
 use serde_json::{Map, Value};
 
 /// Suites this build can run.
-pub const SUITES: &[&str] = &["inventory", "acceptance"];
+pub const SUITES: &[&str] = &["inventory", "acceptance", "smoke", "mlperf-resnet"];
 
 /// Suites of the design that this build cannot run yet.
-pub const NOT_IMPLEMENTED_SUITES: &[&str] = &["smoke", "mlperf-resnet"];
+pub const NOT_IMPLEMENTED_SUITES: &[&str] = &[];
 
 pub fn is_known_suite(name: &str) -> bool {
     SUITES.contains(&name)
@@ -30,12 +30,20 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
             SUITES.join(", ")
         ));
     }
-    options::validate(suite, options)
+    options::validate(suite, options)?;
+    if options::takes_recipe(suite) {
+        training::recipe_for(suite, options).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 pub mod cpu_gemm;
 pub mod cpu_peak;
 pub mod human;
 pub mod inventory_stage;
+pub mod mlperf_resnet;
 pub mod runner;
+pub mod smoke;
 pub mod stage;
 pub mod system_desc;
+pub mod train_throughput;
+pub mod training;

@@ -34,20 +34,162 @@ pub const GEMM_MIN_FRACTION: OptionSpec = OptionSpec {
     help: "fraction of the CPU's theoretical peak the GEMM must reach to pass",
 };
 
-/// The options `suite` accepts.
+pub const TRAIN_STEPS: OptionSpec = OptionSpec {
+    key: "train_steps",
+    min: 1.0,
+    max: 10_000.0,
+    integer: true,
+    help: "timed ResNet-50 training steps of the train-throughput stage",
+};
+pub const TRAIN_WARMUP: OptionSpec = OptionSpec {
+    key: "train_warmup",
+    min: 0.0,
+    max: 1000.0,
+    integer: true,
+    help: "untimed warm-up steps before the timed ones",
+};
+pub const TRAIN_BATCH: OptionSpec = OptionSpec {
+    key: "train_batch",
+    // Batch norm needs two images for a variance.
+    min: 2.0,
+    max: 4096.0,
+    integer: true,
+    help: "per-device batch of the train-throughput stage (at least 2)",
+};
+pub const TRAIN_IMAGE_SIZE: OptionSpec = OptionSpec {
+    key: "train_image_size",
+    min: 32.0,
+    max: 512.0,
+    integer: true,
+    help: "image side of the train-throughput stage (224 for ImageNet)",
+};
+pub const IMAGE_SIZE: OptionSpec = OptionSpec {
+    key: "image_size",
+    min: 16.0,
+    max: 1024.0,
+    integer: true,
+    help: "side of the training and evaluation crops in pixels",
+};
+pub const LOADER_THREADS: OptionSpec = OptionSpec {
+    key: "loader_threads",
+    min: 1.0,
+    max: 1024.0,
+    integer: true,
+    help: "data loader threads (default: every CPU)",
+};
+pub const SYNTH_CLASSES: OptionSpec = OptionSpec {
+    key: "synth_classes",
+    min: 2.0,
+    max: 72.0,
+    integer: true,
+    help: "classes of the generated dataset",
+};
+pub const SYNTH_PER_CLASS: OptionSpec = OptionSpec {
+    key: "synth_per_class",
+    min: 1.0,
+    max: 100_000.0,
+    integer: true,
+    help: "training images per class of the generated dataset",
+};
+pub const SYNTH_VAL_PER_CLASS: OptionSpec = OptionSpec {
+    key: "synth_val_per_class",
+    min: 1.0,
+    max: 100_000.0,
+    integer: true,
+    help: "validation images per class of the generated dataset",
+};
+pub const SYNTH_SIZE: OptionSpec = OptionSpec {
+    key: "synth_size",
+    min: 16.0,
+    max: 2048.0,
+    integer: true,
+    help: "side of the generated images in pixels",
+};
+
+/// An option whose value is text: a path, or one of a few names.
+#[derive(Debug, Clone, Copy)]
+pub struct TextSpec {
+    pub key: &'static str,
+    /// The accepted values; empty for free text such as a path.
+    pub choices: &'static [&'static str],
+    pub help: &'static str,
+}
+
+pub const DATASET: TextSpec = TextSpec {
+    key: "dataset",
+    choices: &[],
+    help: "dataset folder in ImageNet layout (train/ and val/, a folder per class)",
+};
+pub const MODEL: TextSpec = TextSpec {
+    key: "model",
+    choices: &["resnet20", "resnet18", "resnet50"],
+    help: "the network to train",
+};
+
+/// The numeric options `suite` accepts besides the recipe's.
 pub fn specs(suite: &str) -> &'static [OptionSpec] {
     match suite {
-        "acceptance" => &[GEMM_SIZE, GEMM_SECONDS, GEMM_MIN_FRACTION],
+        "acceptance" => &[
+            GEMM_SIZE,
+            GEMM_SECONDS,
+            GEMM_MIN_FRACTION,
+            TRAIN_STEPS,
+            TRAIN_WARMUP,
+            TRAIN_BATCH,
+            TRAIN_IMAGE_SIZE,
+        ],
+        "smoke" => &[
+            IMAGE_SIZE,
+            LOADER_THREADS,
+            SYNTH_CLASSES,
+            SYNTH_PER_CLASS,
+            SYNTH_VAL_PER_CLASS,
+            SYNTH_SIZE,
+        ],
+        "mlperf-resnet" => &[IMAGE_SIZE, LOADER_THREADS],
         _ => &[],
     }
+}
+
+/// The text options `suite` accepts.
+pub fn text_specs(suite: &str) -> &'static [TextSpec] {
+    match suite {
+        "smoke" => &[DATASET, MODEL],
+        "mlperf-resnet" => &[DATASET],
+        _ => &[],
+    }
+}
+
+/// Whether `suite` trains, and so takes the recipe's options (`batch_size`, `base_lr`,
+/// `target_accuracy`, …), which the recipe range-checks itself.
+pub fn takes_recipe(suite: &str) -> bool {
+    matches!(suite, "smoke" | "mlperf-resnet")
+}
+
+fn is_recipe_key(key: &str) -> bool {
+    crate::engine::recipe::OPTION_KEYS
+        .iter()
+        .any(|(k, _)| *k == key)
 }
 
 /// Checks every option against the suite's specs.
 pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String> {
     let specs = specs(suite);
+    let texts = text_specs(suite);
     for (key, value) in options {
+        if let Some(spec) = texts.iter().find(|s| s.key == key) {
+            check_text(spec, value)?;
+            continue;
+        }
+        if takes_recipe(suite) && is_recipe_key(key) {
+            continue;
+        }
         let Some(spec) = specs.iter().find(|s| s.key == key) else {
-            let known: Vec<_> = specs.iter().map(|s| s.key).collect();
+            let mut known: Vec<_> = specs.iter().map(|s| s.key).collect();
+            known.extend(texts.iter().map(|s| s.key));
+            if takes_recipe(suite) {
+                known.extend(crate::engine::recipe::OPTION_KEYS.iter().map(|(k, _)| *k));
+            }
             return Err(if known.is_empty() {
                 format!("suite {suite} takes no options, got {key:?}")
             } else {
@@ -71,6 +213,31 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+fn check_text(spec: &TextSpec, value: &Value) -> Result<(), String> {
+    let Some(text) = value.as_str() else {
+        return Err(format!("option {} must be text, got {value}", spec.key));
+    };
+    if text.trim().is_empty() {
+        return Err(format!(
+            "option {} must not be empty ({})",
+            spec.key, spec.help
+        ));
+    }
+    if !spec.choices.is_empty() && !spec.choices.contains(&text) {
+        return Err(format!(
+            "option {} = {text:?} is not one of {}",
+            spec.key,
+            spec.choices.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// A text option, if given.
+pub fn text(options: &Map<String, Value>, spec: TextSpec) -> Option<&str> {
+    options.get(spec.key).and_then(Value::as_str)
 }
 
 /// A number option, or its default.
@@ -116,12 +283,26 @@ mod tests {
         )
         .is_ok());
         assert!(validate("inventory", &Map::new()).is_ok());
+        assert!(validate(
+            "smoke",
+            &map(json!({"model": "resnet18", "dataset": "/d", "base_lr": 0.1, "image_size": 32}))
+        )
+        .is_ok());
     }
 
     #[test]
     fn rejects_unknown_keys_wrong_types_and_ranges() {
         for (suite, opts, needle) in [
             ("inventory", json!({"x": 1}), "takes no options"),
+            ("smoke", json!({"model": "vgg"}), "not one of"),
+            ("smoke", json!({"dataset": 3}), "must be text"),
+            ("smoke", json!({"dataset": " "}), "must not be empty"),
+            ("smoke", json!({"colour": 3}), "target_accuracy"),
+            (
+                "mlperf-resnet",
+                json!({"model": "resnet20"}),
+                "has no option",
+            ),
             ("acceptance", json!({"size": 1}), "has no option \"size\""),
             (
                 "acceptance",

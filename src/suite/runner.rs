@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use super::event::WorkerEvent;
 use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
-use super::{cpu_gemm, inventory_stage, options};
+use super::{cpu_gemm, inventory_stage, mlperf_resnet, options, smoke, train_throughput};
 use crate::agent::store::{new_run_id, Store};
 use crate::cli::args::{EventFormat, RunArgs};
 use crate::cli::UsageError;
@@ -21,6 +21,9 @@ use crate::cli::UsageError;
 pub enum StageKind {
     Inventory,
     CpuGemm,
+    TrainThroughput,
+    Smoke,
+    MlperfResnet,
 }
 
 impl StageKind {
@@ -28,6 +31,9 @@ impl StageKind {
         match self {
             StageKind::Inventory => inventory_stage::NAME,
             StageKind::CpuGemm => cpu_gemm::NAME,
+            StageKind::TrainThroughput => train_throughput::NAME,
+            StageKind::Smoke => smoke::NAME,
+            StageKind::MlperfResnet => mlperf_resnet::NAME,
         }
     }
 
@@ -35,6 +41,9 @@ impl StageKind {
         match self {
             StageKind::Inventory => inventory_stage::run(ctx),
             StageKind::CpuGemm => cpu_gemm::run(ctx),
+            StageKind::TrainThroughput => train_throughput::run(ctx),
+            StageKind::Smoke => smoke::run(ctx),
+            StageKind::MlperfResnet => mlperf_resnet::run(ctx),
         }
     }
 }
@@ -43,7 +52,13 @@ impl StageKind {
 pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
     match suite {
         "inventory" => Some(vec![StageKind::Inventory]),
-        "acceptance" => Some(vec![StageKind::Inventory, StageKind::CpuGemm]),
+        "acceptance" => Some(vec![
+            StageKind::Inventory,
+            StageKind::CpuGemm,
+            StageKind::TrainThroughput,
+        ]),
+        "smoke" => Some(vec![StageKind::Smoke]),
+        "mlperf-resnet" => Some(vec![StageKind::MlperfResnet]),
         _ => None,
     }
 }
@@ -85,6 +100,8 @@ pub fn execute(
     });
     let total = stages.len().max(1);
     let mut verdicts = Vec::new();
+    // Later stages judge the box by the inventory an earlier stage took.
+    let mut hardware: Option<serde_json::Value> = None;
     for (index, stage) in stages.iter().enumerate() {
         if cancel.load(Ordering::Relaxed) {
             break;
@@ -94,12 +111,22 @@ pub fn execute(
             index,
             total,
         });
+        let mut seen_hardware = None;
+        let mut forward = |event: WorkerEvent| {
+            if let WorkerEvent::Hardware { hardware } = &event {
+                seen_hardware = Some(hardware.clone());
+            }
+            emit(event);
+        };
         let mut ctx = StageContext {
             root: run_options.root.clone(),
             sku: run_options.sku.clone(),
             options: &run_options.options,
+            run_dir: run_options.run_dir.clone(),
+            cache_dir: run_options.cache_dir.clone(),
+            hardware: hardware.clone(),
             cancel,
-            emit: &mut *emit,
+            emit: &mut forward,
             progress_span: (
                 index as f64 / total as f64,
                 (index + 1) as f64 / total as f64,
@@ -107,6 +134,10 @@ pub fn execute(
             stage_name: stage.name(),
         };
         let result = stage.run(&mut ctx);
+        drop(ctx);
+        if let Some(h) = seen_hardware {
+            hardware = Some(h);
+        }
         verdicts.push(result.verdict);
         emit(WorkerEvent::StageFinished { result });
     }
@@ -131,6 +162,48 @@ pub struct RunOptions {
     pub root: PathBuf,
     pub sku: Option<String>,
     pub options: Map<String, Value>,
+    /// The run's folder, when it is recorded.
+    pub run_dir: Option<PathBuf>,
+    pub cache_dir: PathBuf,
+}
+
+impl RunOptions {
+    /// Options for a run that is not recorded, with the default cache folder.
+    pub fn new(root: PathBuf, sku: Option<String>, options: Map<String, Value>) -> Self {
+        RunOptions {
+            root,
+            sku,
+            options,
+            run_dir: None,
+            cache_dir: default_cache_dir(None, None),
+        }
+    }
+}
+
+/// Where generated datasets are cached: `STATE/cache` for a run recorded in a state
+/// folder (a run folder `STATE/runs/<id>` names its state folder too), else
+/// `$XDG_CACHE_HOME/tinyperf` or `~/.cache/tinyperf`, else the temporary folder.
+pub fn default_cache_dir(
+    state_dir: Option<&std::path::Path>,
+    run_dir: Option<&std::path::Path>,
+) -> PathBuf {
+    if let Some(state) = state_dir {
+        return state.join("cache");
+    }
+    if let Some(runs) = run_dir.and_then(|d| d.parent()) {
+        if runs.file_name().is_some_and(|n| n == "runs") {
+            if let Some(state) = runs.parent() {
+                return state.join("cache");
+            }
+        }
+    }
+    if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("tinyperf");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(home).join(".cache").join("tinyperf");
+    }
+    std::env::temp_dir().join("tinyperf-cache")
 }
 
 fn collect_options(args: &RunArgs) -> Result<Map<String, Value>, UsageError> {
@@ -143,15 +216,24 @@ fn collect_options(args: &RunArgs) -> Result<Map<String, Value>, UsageError> {
         None => Map::new(),
     };
     map.extend(options::parse_pairs(&args.options).map_err(UsageError)?);
+    if let Some(dataset) = &args.dataset {
+        map.insert(
+            options::DATASET.key.into(),
+            Value::String(dataset.display().to_string()),
+        );
+    }
+    if let Some(target) = args.target_accuracy {
+        map.insert("target_accuracy".into(), target.into());
+    }
     Ok(map)
 }
 
 /// The `tinyperf run` command. Exit status 0 when the run passed, 1 otherwise.
 pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     let options = collect_options(args)?;
-    super::validate(&args.suite, &options).map_err(UsageError)?;
-    let stages =
-        plan(&args.suite).ok_or_else(|| UsageError(format!("suite {} has no plan", args.suite)))?;
+    let suite = args.suite_name().map_err(UsageError)?;
+    super::validate(&suite, &options).map_err(UsageError)?;
+    let stages = plan(&suite).ok_or_else(|| UsageError(format!("suite {suite} has no plan")))?;
     if let Some(dir) = &args.run_dir {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create run directory {}", dir.display()))?;
@@ -160,21 +242,20 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         Some(dir) => Some(Store::open(dir, crate::agent::config::DEFAULT_RETENTION)?),
         None => None,
     };
-    let mut record = RunRecord::new(
-        new_run_id(),
-        args.suite.clone(),
-        Trigger::Cli,
-        options.clone(),
-    );
+    let mut record = RunRecord::new(new_run_id(), suite.clone(), Trigger::Cli, options.clone());
+    let mut run_dir = args.run_dir.clone();
     if let Some(store) = &store {
         let dir = store.create(&record)?;
         eprintln!("recording run {} in {}", record.id, dir.display());
+        run_dir = Some(dir);
     }
     install_cancel_handler();
     let run_options = RunOptions {
         root: args.root.clone(),
         sku: args.sku.clone(),
         options,
+        cache_dir: default_cache_dir(args.state_dir.as_deref(), run_dir.as_deref()),
+        run_dir,
     };
     let mut out = std::io::stdout().lock();
     let mut sink_error: Option<std::io::Error> = None;
@@ -196,7 +277,7 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
             }
         }
     };
-    let state = execute(&args.suite, &stages, &run_options, &CANCEL, &mut emit);
+    let state = execute(&suite, &stages, &run_options, &CANCEL, &mut emit);
     if let Some(e) = sink_error {
         tracing::warn!(error = %e, "lost the event reader");
     }
@@ -226,19 +307,33 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(names("inventory"), ["inventory"]);
-        assert_eq!(names("acceptance"), ["inventory", "cpu-gemm"]);
-        assert!(plan("smoke").is_none());
+        assert_eq!(
+            names("acceptance"),
+            ["inventory", "cpu-gemm", "train-throughput"]
+        );
+        assert_eq!(names("smoke"), ["smoke"]);
+        assert_eq!(names("mlperf-resnet"), ["mlperf-resnet"]);
+        assert!(plan("nope").is_none());
+    }
+
+    #[test]
+    fn cache_dir_follows_the_state_folder() {
+        use std::path::Path;
+        assert_eq!(
+            default_cache_dir(Some(Path::new("/s")), None),
+            Path::new("/s/cache")
+        );
+        assert_eq!(
+            default_cache_dir(None, Some(Path::new("/var/lib/tinyperf/runs/abc"))),
+            Path::new("/var/lib/tinyperf/cache")
+        );
     }
 
     #[test]
     fn a_cancelled_run_runs_no_stage_and_says_so() {
         let cancel = AtomicBool::new(true);
         let mut events = Vec::new();
-        let opts = RunOptions {
-            root: "/".into(),
-            sku: None,
-            options: Map::new(),
-        };
+        let opts = RunOptions::new("/".into(), None, Map::new());
         let state = execute(
             "inventory",
             &plan("inventory").unwrap(),
@@ -271,11 +366,11 @@ mod tests {
         options.insert("gemm_size".into(), 128.into());
         options.insert("gemm_seconds".into(), 0.1.into());
         options.insert("gemm_min_fraction".into(), 0.0.into());
-        let opts = RunOptions {
-            root: "/".into(),
-            sku: None,
-            options,
-        };
+        options.insert("train_steps".into(), 1.into());
+        options.insert("train_warmup".into(), 0.into());
+        options.insert("train_batch".into(), 2.into());
+        options.insert("train_image_size".into(), 32.into());
+        let opts = RunOptions::new("/".into(), None, options);
         execute(
             "acceptance",
             &plan("acceptance").unwrap(),
@@ -290,6 +385,26 @@ mod tests {
                 _ => None,
             })
             .expect("cpu-gemm finished");
+        let throughput = events
+            .iter()
+            .find_map(|e| match e {
+                WorkerEvent::StageFinished { result } if result.name == "train-throughput" => {
+                    Some(result)
+                }
+                _ => None,
+            })
+            .expect("train-throughput finished");
+        assert_eq!(throughput.verdict, Verdict::Skip, "{throughput:?}");
+        let img_per_s = throughput
+            .metrics
+            .iter()
+            .find(|m| m.name == "img_per_s")
+            .expect("img/s recorded");
+        assert!(img_per_s.value > 0.0, "{img_per_s:?}");
+        assert!(throughput
+            .metrics
+            .iter()
+            .any(|m| m.name == "estimated_time_to_train_min" && m.value > 0.0));
         let sustained = gemm
             .metrics
             .iter()

@@ -15,6 +15,13 @@ pub struct StageContext<'a> {
     pub root: PathBuf,
     pub sku: Option<String>,
     pub options: &'a Map<String, Value>,
+    /// Where the run's files go (`mllog.txt`, `system_desc.json`); `None` when the run
+    /// is not recorded, and a stage that writes files picks a temporary folder.
+    pub run_dir: Option<PathBuf>,
+    /// Where generated datasets are kept between runs.
+    pub cache_dir: PathBuf,
+    /// The inventory an earlier stage of this run took, as JSON.
+    pub hardware: Option<Value>,
     pub cancel: &'a AtomicBool,
     /// Sends an event to whoever reads the worker.
     pub emit: &'a mut dyn FnMut(WorkerEvent),

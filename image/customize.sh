@@ -1,0 +1,79 @@
+#!/bin/bash
+# mmdebstrap customize hook of image/build.sh: turns the Debian root
+# filesystem in $1 into the tinybox OS. $2 is the `make install` staging
+# folder, $3 the build's work folder (it receives the package list and the
+# archive dates for the manifest). Runs on the build host, as root.
+set -euo pipefail
+
+root=$1
+stage=$2
+work=$3
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+die() {
+    echo "customize: $*" >&2
+    exit 1
+}
+
+# tinyperf and its system files, where DESIGN.md puts them.
+cp -a "$stage/." "$root/"
+# The image's own units, scripts, network and repart configuration, fstab.
+cp -r --preserve=mode "$repo/image/rootfs/." "$root/"
+chown -R root:root "$root/usr/lib/tinybox" "$root/usr/lib/repart.d" "$root/etc/fstab"
+
+chroot "$root" /usr/bin/tinyperf --version >/dev/null ||
+    die "the tinyperf binary does not run in the image (built for another libc?)"
+
+# The box runs the acceptance suite at every agent start.
+config="$root/etc/tinyperf/tinyperf.toml"
+[ -f "$config" ] || die "make install left no /etc/tinyperf/tinyperf.toml"
+if grep -q '^# boot_suite = ' "$config"; then
+    sed -i 's/^# boot_suite = .*/boot_suite = "acceptance"/' "$config"
+elif ! grep -q '^boot_suite = ' "$config"; then
+    printf '\nboot_suite = "acceptance"\n' >>"$config"
+fi
+grep -q '^boot_suite = "acceptance"$' "$config" || die "cannot set boot_suite in $config"
+
+# Kernel modules a variant wants loaded at boot (nvidia-uvm on green: the
+# agent's unit resolves its device group when it starts).
+if [ -n "${MODULES_LOAD:-}" ]; then
+    install -d "$root/usr/lib/modules-load.d"
+    # shellcheck disable=SC2086 # one module per word
+    printf '%s\n' $MODULES_LOAD >"$root/usr/lib/modules-load.d/tinybox-gpu.conf"
+fi
+
+# Users and groups from sysusers.d (the tinyperf group of the D-Bus policy).
+chroot "$root" systemd-sysusers
+
+systemctl --root="$root" enable \
+    tinyperf.service tinybox-firstboot.service \
+    systemd-networkd.service systemd-resolved.service systemd-timesyncd.service ssh.service
+# tinybox-firstboot does the first-boot setup; the interactive wizard would
+# wait for a key press on a box with no one at the console.
+systemctl --root="$root" mask systemd-firstboot.service
+# systemd-resolved's stub resolver for the addresses DHCP hands out.
+ln -sf ../run/systemd/resolve/stub-resolv.conf "$root/etc/resolv.conf"
+
+# Nothing that identifies a box or could be a secret stays in the image.
+: >"$root/etc/machine-id"
+if [ -f "$root/var/lib/dbus/machine-id" ] && [ ! -L "$root/var/lib/dbus/machine-id" ]; then
+    rm -f "$root/var/lib/dbus/machine-id"
+fi
+rm -f "$root"/etc/ssh/ssh_host_*
+rm -f "$root/etc/tinyperf/token"
+rm -f "$root/var/lib/systemd/random-seed"
+echo tinybox >"$root/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\ttinybox\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
+rm -rf "$root"/var/log/*.log "$root/var/log/apt" "$root/var/cache/debconf"/*-old
+install -d -m 0755 "$root/boot/efi"
+
+# For the manifest: every package and the date of every archive index used.
+# shellcheck disable=SC2016 # dpkg-query's own format fields
+chroot "$root" dpkg-query -W -f '${binary:Package}\t${Version}\n' | sort >"$work/packages"
+for rel in "$root"/var/lib/apt/lists/*_InRelease; do
+    [ -e "$rel" ] || continue
+    origin=$(basename "$rel" | sed 's/_InRelease$//; s/_dists_/ /; s/_/\//g')
+    date=$(sed -n 's/^Date: //p' "$rel" | head -1)
+    echo "archive: $origin ($date)"
+done >"$work/release-dates"
+[ -s "$work/release-dates" ] || die "no apt index in the root filesystem to date the archive by"

@@ -1,0 +1,17 @@
+//! Training: the loop that drives a [`Model`](crate::engine::model::Model) through the
+//! recipe, the optimizer applied on the device, and the throughput measurement of the
+//! acceptance suite.
+
+pub mod models;
+pub mod optimizer;
+pub mod step;
+pub mod throughput;
+pub mod trainer;
+
+pub use models::ModelChoice;
+pub use optimizer::DeviceOptimizer;
+pub use step::{eval_step, train_step, DeviceBatch, StepOutcome, StepResult};
+pub use throughput::{measure_train_throughput, ThroughputReport};
+pub use trainer::{
+    train, EpochReport, StepReport, StopReason, TrainData, TrainObserver, TrainSummary,
+};

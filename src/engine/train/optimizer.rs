@@ -1,0 +1,122 @@
+//! The recipe's optimizer applied on the device: LARS on conv and linear weights,
+//! momentum SGD without weight decay on the skip list (batch-norm γ/β, biases).
+//!
+//! Every update is a handful of backend calls (`scale`, `axpy`); the only data that
+//! leaves the device is one buffer holding ‖w‖² and ‖g‖² of every LARS parameter,
+//! gathered with `sum_squares` and downloaded once per step, from which the host
+//! computes the trust ratios with [`lars_trust_ratio`].
+
+use crate::engine::backend::Backend;
+use crate::engine::model::NamedParam;
+use crate::engine::optim::{lars_trust_ratio, LarsConfig};
+use crate::engine::{EngineError, Result};
+
+/// Momentum buffers and the norm buffer of one model's parameters.
+pub struct DeviceOptimizer<B: Backend> {
+    config: LarsConfig,
+    momentum: Vec<B::Buffer>,
+    norms: Option<B::Buffer>,
+    norms_host: Vec<f32>,
+    last_trust: Vec<f32>,
+}
+
+impl<B: Backend> DeviceOptimizer<B> {
+    pub fn new(config: LarsConfig) -> Self {
+        DeviceOptimizer {
+            config,
+            momentum: Vec::new(),
+            norms: None,
+            norms_host: Vec::new(),
+            last_trust: Vec::new(),
+        }
+    }
+
+    /// The trust ratio each parameter got in the last step (1 for the skip list).
+    pub fn last_trust_ratios(&self) -> &[f32] {
+        &self.last_trust
+    }
+
+    /// One update of every parameter with learning rate `lr`, from the gradients of the
+    /// last backward. The parameter list must be the same, in the same order, every step.
+    pub fn step(&mut self, backend: &B, params: &mut [NamedParam<'_, B>], lr: f32) -> Result<()> {
+        self.ensure_state(backend, params)?;
+        let norms = self
+            .norms
+            .as_mut()
+            .ok_or_else(|| invalid("the norm buffer was not allocated".into()))?;
+        for (i, p) in params.iter().enumerate() {
+            if p.param.kind.uses_lars() {
+                backend.sum_squares(p.param.value, norms, 2 * i)?;
+                backend.sum_squares(p.param.grad, norms, 2 * i + 1)?;
+            }
+        }
+        backend.download(norms, &mut self.norms_host)?;
+        let LarsConfig {
+            momentum,
+            weight_decay,
+            trust_coefficient,
+            epsilon,
+        } = self.config;
+        for (i, p) in params.iter_mut().enumerate() {
+            let buf = &mut self.momentum[i];
+            let (trust, decay) = if p.param.kind.uses_lars() {
+                let w_norm = self.norms_host[2 * i].max(0.0).sqrt();
+                let g_norm = self.norms_host[2 * i + 1].max(0.0).sqrt();
+                let trust =
+                    lars_trust_ratio(w_norm, g_norm, weight_decay, trust_coefficient, epsilon);
+                (trust, weight_decay)
+            } else {
+                (1.0, 0.0)
+            };
+            self.last_trust[i] = trust;
+            // b = momentum·b + trust·lr·(g + wd·w); w = w − b.
+            let step = trust * lr;
+            backend.scale(buf, momentum)?;
+            backend.axpy(step, p.param.grad, buf)?;
+            if decay != 0.0 {
+                backend.axpy(step * decay, p.param.value, buf)?;
+            }
+            backend.axpy(-1.0, buf, p.param.value)?;
+        }
+        Ok(())
+    }
+
+    fn ensure_state(&mut self, backend: &B, params: &[NamedParam<'_, B>]) -> Result<()> {
+        if self.momentum.is_empty() {
+            for p in params {
+                self.momentum
+                    .push(backend.zeros(backend.buffer_len(p.param.value))?);
+            }
+            self.norms = Some(backend.zeros(2 * params.len().max(1))?);
+            self.norms_host = vec![0.0; 2 * params.len().max(1)];
+            self.last_trust = vec![1.0; params.len()];
+            return Ok(());
+        }
+        if self.momentum.len() != params.len() {
+            return Err(invalid(format!(
+                "the model has {} parameters, the optimizer was set up for {}",
+                params.len(),
+                self.momentum.len()
+            )));
+        }
+        for (p, b) in params.iter().zip(&self.momentum) {
+            let (have, want) = (backend.buffer_len(p.param.value), backend.buffer_len(b));
+            if have != want {
+                return Err(EngineError::BufferLength {
+                    op: "optimizer step",
+                    what: "parameter",
+                    expected: want,
+                    got: have,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid(reason: String) -> EngineError {
+    EngineError::InvalidParameter {
+        op: "optimizer step",
+        reason,
+    }
+}

@@ -1,0 +1,130 @@
+//! One batch through the model: upload, forward, loss and accuracy, and for training
+//! the backward pass and the optimizer update.
+
+use crate::engine::backend::Backend;
+use crate::engine::data::Batch;
+use crate::engine::layers::SoftmaxCrossEntropy;
+use crate::engine::model::Model;
+use crate::engine::{EngineError, Result, Tensor};
+
+use super::optimizer::DeviceOptimizer;
+
+/// A batch on the device: NHWC images and f32 labels, −1 for padding samples.
+pub struct DeviceBatch<B: Backend> {
+    pub images: Tensor<B>,
+    pub labels: Tensor<B>,
+    /// Samples that count (not padding).
+    pub valid: usize,
+}
+
+impl<B: Backend> DeviceBatch<B> {
+    pub fn upload(backend: &B, batch: &Batch) -> Result<Self> {
+        let n = batch.len();
+        let s = batch.image_size;
+        let images = Tensor::from_host(backend, &[n, s, s, 3], &batch.images)?;
+        if batch.valid.len() != n {
+            return Err(EngineError::BufferLength {
+                op: "DeviceBatch::upload",
+                what: "valid flags",
+                expected: n,
+                got: batch.valid.len(),
+            });
+        }
+        let labels: Vec<f32> = batch
+            .labels
+            .iter()
+            .zip(&batch.valid)
+            .map(|(&l, &v)| if v { l as f32 } else { -1.0 })
+            .collect();
+        let labels = Tensor::from_host(backend, &[n], &labels)?;
+        Ok(DeviceBatch {
+            images,
+            labels,
+            valid: batch.valid_count(),
+        })
+    }
+}
+
+/// What a step measured: the mean loss over its valid samples and how many of them
+/// the model got right.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepResult {
+    pub loss: f32,
+    pub correct: usize,
+    pub valid: usize,
+}
+
+impl StepResult {
+    pub fn accuracy(&self) -> f64 {
+        if self.valid == 0 {
+            0.0
+        } else {
+            self.correct as f64 / self.valid as f64
+        }
+    }
+}
+
+/// How a training step ended.
+pub enum StepOutcome {
+    /// The weights were updated.
+    Updated(StepResult),
+    /// The loss was NaN or infinite; the weights were left as they were.
+    NonFiniteLoss(StepResult),
+    /// Cancelled between the forward and the backward pass; nothing was updated.
+    Cancelled,
+}
+
+fn loss_and_correct<B: Backend>(
+    backend: &B,
+    loss_fn: &SoftmaxCrossEntropy,
+    logits: &Tensor<B>,
+    batch: &DeviceBatch<B>,
+) -> Result<StepResult> {
+    let out = loss_fn.forward(backend, logits, &batch.labels)?;
+    let loss = out.loss.to_host(backend)?;
+    let correct = out.correct.to_host(backend)?;
+    Ok(StepResult {
+        loss: loss.first().copied().unwrap_or(f32::NAN),
+        correct: correct.iter().filter(|&&c| c > 0.5).count(),
+        valid: batch.valid,
+    })
+}
+
+/// A training step at learning rate `lr`. `cancelled` is asked after the forward pass,
+/// so a cancel during a long first step takes effect before the backward.
+pub fn train_step<B: Backend, M: Model<B> + ?Sized>(
+    backend: &B,
+    model: &mut M,
+    optimizer: &mut DeviceOptimizer<B>,
+    loss_fn: &SoftmaxCrossEntropy,
+    batch: &DeviceBatch<B>,
+    lr: f32,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<StepOutcome> {
+    let logits = model.forward(backend, &batch.images, true)?;
+    let result = loss_and_correct(backend, loss_fn, &logits, batch)?;
+    if !result.loss.is_finite() {
+        return Ok(StepOutcome::NonFiniteLoss(result));
+    }
+    if cancelled() {
+        return Ok(StepOutcome::Cancelled);
+    }
+    let dlogits = loss_fn.backward(backend, &logits, &batch.labels)?;
+    drop(logits);
+    model.backward(backend, &dlogits)?;
+    drop(dlogits);
+    let mut params = model.parameters();
+    optimizer.step(backend, &mut params, lr)?;
+    Ok(StepOutcome::Updated(result))
+}
+
+/// An evaluation step: forward in eval mode, loss and correct count over valid samples.
+pub fn eval_step<B: Backend, M: Model<B> + ?Sized>(
+    backend: &B,
+    model: &mut M,
+    loss_fn: &SoftmaxCrossEntropy,
+    batch: &DeviceBatch<B>,
+) -> Result<StepResult> {
+    let logits = model.forward(backend, &batch.images, false)?;
+    loss_and_correct(backend, loss_fn, &logits, batch)
+}

@@ -1,0 +1,343 @@
+//! What the `smoke` and `mlperf-resnet` stages share: a ResNet training run on a dataset
+//! in ImageNet layout, with its MLLOG and system description in the run folder, live
+//! progress, and metrics and a verdict at the end.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::event::WorkerEvent;
+use super::record::{Check, StageResult, Verdict};
+use super::stage::{StageContext, StageReport};
+use super::system_desc::{submission_platform, system_description, SoftwareStack};
+use crate::engine::data::{Dataset, Loader, LoaderConfig};
+use crate::engine::mllog::{drop_page_cache, Division, MlLog, MlLogError, Submission};
+use crate::engine::recipe::{Recipe, RecipeError};
+use crate::engine::train::{
+    train, EpochReport, ModelChoice, StepReport, StopReason, TrainData, TrainObserver,
+};
+use crate::engine::CpuBackend;
+
+pub const MLLOG_FILE: &str = "mllog.txt";
+pub const SYSTEM_DESC_FILE: &str = "system_desc.json";
+
+/// The recipe a training suite runs with `options` applied: the smoke preset for
+/// `smoke`, the v4.0 reference otherwise.
+pub fn recipe_for(suite: &str, options: &Map<String, Value>) -> Result<Recipe, RecipeError> {
+    let base = match suite {
+        "smoke" => super::smoke::recipe(),
+        _ => Recipe::mlperf(),
+    };
+    base.with_options(options)
+}
+
+/// One training run of a stage.
+pub struct TrainJob {
+    pub stage: &'static str,
+    pub dataset: PathBuf,
+    pub recipe: Recipe,
+    pub model: ModelChoice,
+    pub image_size: usize,
+    pub loader_threads: Option<usize>,
+    /// Whether the run may be logged as closed division (ImageNet with a closed
+    /// recipe); otherwise it is always open.
+    pub may_be_closed: bool,
+}
+
+/// Runs `job` and closes the stage. Nothing here panics on bad input: a dataset that
+/// cannot be used, a file that cannot be written, a diverging loss or a cancel each
+/// end the stage with a verdict and a message that says what happened.
+pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
+    let mut report = StageReport::new(job.stage);
+    ctx.progress(
+        0.0,
+        Some(format!("scanning dataset {}", job.dataset.display())),
+    );
+    let dataset = match Dataset::open(&job.dataset) {
+        Ok(d) => d,
+        Err(e) => {
+            return report.finish_as(Verdict::Error, Some(format!("cannot train: {e}")));
+        }
+    };
+    let (train_len, val_len) = (dataset.train.len(), dataset.val.len());
+    report.findings.push(format!(
+        "dataset {}: {} classes, {train_len} training and {val_len} validation images",
+        dataset.root.display(),
+        dataset.num_classes()
+    ));
+    if job.recipe.global_batch_size > train_len {
+        report.findings.push(format!(
+            "the batch of {} is larger than the {train_len} training images: every step \
+             fills the rest of its batch with padding, which does not count",
+            job.recipe.global_batch_size
+        ));
+    }
+    let run_dir = match run_folder(ctx, job.stage) {
+        Ok(dir) => dir,
+        Err(message) => return report.finish_as(Verdict::Error, Some(message)),
+    };
+    let hardware = hardware(ctx);
+    let platform = submission_platform(&hardware);
+    write_system_description(&run_dir, &hardware, &platform, &mut report);
+
+    let config = job.recipe.mllog_config(
+        train_len as u64,
+        val_len as u64,
+        job.recipe.global_batch_size as u64,
+    );
+    let violations = config.closed_division_violations();
+    let division = if job.may_be_closed && violations.is_empty() {
+        Division::Closed
+    } else {
+        Division::Open
+    };
+    if job.may_be_closed && !violations.is_empty() {
+        report.findings.push(format!(
+            "logged as open division: {}",
+            violations.join("; ")
+        ));
+    }
+    let mllog_path = run_dir.join(MLLOG_FILE);
+    report
+        .findings
+        .push(format!("MLLOG: {}", mllog_path.display()));
+    let backend = CpuBackend::new();
+    let prepared = (|| -> Result<_, String> {
+        let mut log = MlLog::create(&mllog_path).map_err(|e| e.to_string())?;
+        let mut submission = Submission::tinycorp_resnet(&platform);
+        submission.division = division;
+        log.submission(&submission).map_err(mllog_error)?;
+        let flush = drop_page_cache();
+        log.cache_clear(flush.flushed()).map_err(mllog_error)?;
+        log.init_start().map_err(mllog_error)?;
+        let model = job
+            .model
+            .build(
+                &backend,
+                dataset.num_classes(),
+                job.image_size,
+                job.recipe.seed,
+            )
+            .map_err(|e| format!("cannot build {}: {e}", job.model.name()))?;
+        let data = loaders(&dataset, &job).map_err(|e| format!("cannot load {e}"))?;
+        log.init_stop().map_err(mllog_error)?;
+        log.run_start().map_err(mllog_error)?;
+        log.run_header(&config).map_err(mllog_error)?;
+        Ok((log, model, data))
+    })();
+    let (mut log, mut model, data) = match prepared {
+        Ok(p) => p,
+        Err(message) => return report.finish_as(Verdict::Error, Some(message)),
+    };
+    let steps_per_epoch = data.train.batches_per_epoch() as u64;
+    let mut observer = StageObserver {
+        ctx,
+        planned_steps: steps_per_epoch * u64::from(job.recipe.train_epochs),
+        global_step: 0,
+    };
+    let summary = train(
+        &backend,
+        &mut model,
+        &job.recipe,
+        &data,
+        Some(&mut log),
+        &mut observer,
+    );
+    drop(log);
+    let target = job.recipe.target_accuracy;
+    report.metric("epochs", f64::from(summary.epochs_completed), "epochs");
+    report.metric("steps", summary.steps as f64, "steps");
+    if let Some(t) = summary.time_to_target_s {
+        report.metric("time_to_target_s", t, "s");
+    }
+    if let Some(a) = summary.final_accuracy() {
+        report.metric("final_accuracy", a, "fraction");
+    }
+    if let Some(a) = summary.best_accuracy() {
+        report.metric("best_accuracy", a, "fraction");
+    }
+    report.metric("img_per_s", summary.train_images_per_s, "img/s");
+    report.metric("run_seconds", summary.run_seconds, "s");
+    report.metric(
+        "unreadable_images",
+        summary.unreadable_files as f64,
+        "images",
+    );
+    if summary.unreadable_files > 0 {
+        report.findings.push(format!(
+            "{} unreadable image file(s) were replaced by other images of their class \
+             (see the worker log for their paths)",
+            summary.unreadable_files
+        ));
+    }
+    for e in &summary.mllog_errors {
+        report.findings.push(format!("MLLOG line not written: {e}"));
+    }
+    let found = summary
+        .best_accuracy()
+        .map_or("no evaluation".to_string(), |a| format!("{a:.4}"));
+    let reached = summary.reason == StopReason::TargetReached;
+    report.checks.push(Check {
+        name: "top-1 accuracy reaches the target".into(),
+        subject: None,
+        expected: format!("≥ {target}"),
+        found,
+        verdict: if reached {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        },
+    });
+    let message = match summary.time_to_target_s {
+        Some(t) if reached => format!(
+            "{} reached top-1 {:.4} in {} epochs, {t:.1} s",
+            job.model.name(),
+            summary.final_accuracy().unwrap_or(0.0),
+            summary.epochs_completed
+        ),
+        _ => summary.reason.describe(target),
+    };
+    match summary.reason {
+        StopReason::TargetReached | StopReason::EpochsExhausted => report.finish(Some(message)),
+        StopReason::NonFiniteLoss { .. } => report.finish_as(Verdict::Fail, Some(message)),
+        StopReason::Cancelled => report.finish_as(
+            Verdict::Skip,
+            Some(format!(
+                "cancelled after {} steps ({} epochs); the MLLOG ends with run_stop aborted",
+                summary.steps, summary.epochs_completed
+            )),
+        ),
+        StopReason::Failed(_) => report.finish_as(Verdict::Error, Some(message)),
+    }
+}
+
+fn mllog_error(e: MlLogError) -> String {
+    format!("MLLOG: {e}")
+}
+
+fn loaders(dataset: &Dataset, job: &TrainJob) -> Result<TrainData, String> {
+    let mut train_cfg = LoaderConfig::train(
+        job.recipe.global_batch_size,
+        job.image_size,
+        job.recipe.seed,
+    );
+    let mut eval_cfg = LoaderConfig::eval(job.recipe.eval_batch_size, job.image_size);
+    if let Some(t) = job.loader_threads {
+        train_cfg.threads = t;
+        eval_cfg.threads = t;
+    }
+    let train = Loader::new(Arc::new(dataset.train.clone()), train_cfg)
+        .map_err(|e| format!("the training split: {e}"))?;
+    let eval = Loader::new(Arc::new(dataset.val.clone()), eval_cfg)
+        .map_err(|e| format!("the validation split: {e}"))?;
+    Ok(TrainData { train, eval })
+}
+
+/// The run folder, or a new temporary one (said on stderr) for a run nobody records.
+fn run_folder(ctx: &StageContext<'_>, stage: &str) -> Result<PathBuf, String> {
+    let dir = match &ctx.run_dir {
+        Some(d) => d.clone(),
+        None => {
+            let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
+            let dir = std::env::temp_dir()
+                .join(format!("tinyperf-{stage}-{stamp}-{}", std::process::id()));
+            eprintln!(
+                "the run is not recorded: its MLLOG goes to {}",
+                dir.join(MLLOG_FILE).display()
+            );
+            dir
+        }
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create the run folder {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// The inventory an earlier stage took, or a fresh one (reported as this run's).
+fn hardware(ctx: &mut StageContext<'_>) -> Value {
+    if let Some(h) = &ctx.hardware {
+        return h.clone();
+    }
+    let report = crate::inventory::take(&ctx.root, ctx.sku.as_deref(), false);
+    match serde_json::to_value(&report) {
+        Ok(hardware) => {
+            (ctx.emit)(WorkerEvent::Hardware {
+                hardware: hardware.clone(),
+            });
+            ctx.hardware = Some(hardware.clone());
+            hardware
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot serialise the inventory");
+            Value::Null
+        }
+    }
+}
+
+fn write_system_description(
+    run_dir: &Path,
+    hardware: &Value,
+    platform: &str,
+    report: &mut StageReport,
+) {
+    let path = run_dir.join(SYSTEM_DESC_FILE);
+    let description = system_description(hardware, platform, &SoftwareStack::of_this_system());
+    let written = serde_json::to_vec_pretty(&description)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| std::fs::write(&path, bytes).map_err(|e| e.to_string()));
+    match written {
+        Ok(()) => report
+            .findings
+            .push(format!("system description: {}", path.display())),
+        Err(e) => report.findings.push(format!(
+            "cannot write the system description {}: {e}",
+            path.display()
+        )),
+    }
+}
+
+/// Turns the loop's reports into stage progress events.
+struct StageObserver<'c, 'a> {
+    ctx: &'c mut StageContext<'a>,
+    planned_steps: u64,
+    global_step: u64,
+}
+
+impl StageObserver<'_, '_> {
+    fn fraction(&self) -> f64 {
+        if self.planned_steps == 0 {
+            0.0
+        } else {
+            self.global_step as f64 / self.planned_steps as f64
+        }
+    }
+}
+
+impl TrainObserver for StageObserver<'_, '_> {
+    fn cancelled(&self) -> bool {
+        self.ctx.cancelled()
+    }
+
+    fn on_step(&mut self, r: &StepReport) {
+        self.global_step = r.global_step;
+        let message = format!(
+            "epoch {} step {}/{} loss {:.3} acc {:.2} {:.0} img/s lr {:.4}",
+            r.epoch, r.step, r.steps_per_epoch, r.loss, r.accuracy, r.images_per_s, r.lr
+        );
+        let fraction = self.fraction();
+        self.ctx.progress(fraction, Some(message));
+    }
+
+    fn on_epoch(&mut self, r: &EpochReport) {
+        let eval = r
+            .eval_accuracy
+            .map_or(String::new(), |a| format!(" eval top-1 {a:.4}"));
+        let message = format!(
+            "epoch {}/{} done: loss {:.3} train acc {:.2} {:.0} img/s lr {:.4}{eval}",
+            r.epoch, r.planned_epochs, r.mean_loss, r.train_accuracy, r.images_per_s, r.lr
+        );
+        let fraction = self.fraction();
+        self.ctx.progress(fraction, Some(message));
+    }
+}

@@ -1,0 +1,337 @@
+//! The `smoke` and `mlperf-resnet` suites through the real `tinyperf run` binary: a
+//! short smoke run whose MLLOG and system description pass MLCommons' checkers, and
+//! every bad input a run can meet (missing dataset, no val split, broken JPEGs,
+//! out-of-range hyperparameters, cancel during training).
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const EXIT_USAGE: i32 = 2;
+
+/// Settings that train ResNet-20 past 0.759 in seconds, even in a debug build.
+const SHORT_SMOKE: &[&str] = &[
+    "synth_classes=2",
+    "synth_per_class=32",
+    "synth_val_per_class=8",
+    "synth_size=16",
+    "image_size=16",
+    "batch_size=16",
+    "eval_batch_size=16",
+    "base_lr=1",
+    "lars_trust_coefficient=0.02",
+    "train_epochs=12",
+    "target_accuracy=0.76",
+];
+
+fn tinyperf() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tinyperf"));
+    cmd.env("RUST_LOG", "warn");
+    cmd
+}
+
+fn run_with(state: &Path, args: &[&str], options: &[&str]) -> Output {
+    let mut cmd = tinyperf();
+    cmd.arg("run").args(args).arg("--state-dir").arg(state);
+    for o in options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.output().expect("run tinyperf")
+}
+
+/// The one run recorded under `state`: its folder and record.
+fn only_run(state: &Path) -> (PathBuf, Value) {
+    let runs: Vec<PathBuf> = fs::read_dir(state.join("runs"))
+        .expect("runs folder")
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let record = fs::read(runs[0].join("run.json")).expect("run.json");
+    (runs[0].clone(), serde_json::from_slice(&record).unwrap())
+}
+
+fn checker(kind: &str, file: &Path) -> Output {
+    Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/mlperf-check.sh"
+    ))
+    .arg(kind)
+    .arg(file)
+    .output()
+    .expect("run scripts/mlperf-check.sh")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn a_short_smoke_run_trains_to_target_and_its_mllog_passes_the_compliance_checker() {
+    let state = tempfile::tempdir().unwrap();
+    let out = run_with(state.path(), &["--suite", "smoke"], SHORT_SMOKE);
+    assert!(out.status.success(), "{}", text(&out));
+    let (dir, record) = only_run(state.path());
+    assert_eq!(record["state"], "passed", "{record:#}");
+    let stage = &record["stages"][0];
+    assert_eq!(stage["name"], "smoke");
+    let metric = |name: &str| {
+        stage["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["value"].as_f64())
+            .unwrap_or_else(|| panic!("metric {name} in {stage:#}"))
+    };
+    assert!(metric("final_accuracy") >= 0.76);
+    assert!(metric("time_to_target_s") > 0.0);
+    assert!(metric("epochs") >= 1.0);
+    assert!(metric("img_per_s") > 0.0);
+    // The dataset was generated into the state folder's cache.
+    assert!(fs::read_dir(state.path().join("cache")).unwrap().count() >= 1);
+
+    let mllog = dir.join("mllog.txt");
+    let log = fs::read_to_string(&mllog).unwrap();
+    assert!(log.contains("\"key\": \"run_stop\""), "{log}");
+    assert!(log.contains("\"status\": \"success\""), "{log}");
+    let check = checker("compliance", &mllog);
+    assert!(check.status.success(), "{}\n{log}", text(&check));
+    assert!(text(&check).contains("SUCCESS"));
+
+    let desc = dir.join("system_desc.json");
+    let check = checker("system-desc", &desc);
+    assert!(check.status.success(), "{}", text(&check));
+}
+
+#[test]
+fn a_missing_dataset_fails_the_run_with_an_error_naming_the_path() {
+    let state = tempfile::tempdir().unwrap();
+    let missing = state.path().join("no-such-imagenet");
+    let missing_arg = missing.to_str().unwrap();
+    for (suite, extra) in [
+        ("smoke", vec!["--dataset", missing_arg]),
+        (
+            "mlperf-resnet",
+            vec!["-o", &*format!("dataset={missing_arg}")],
+        ),
+    ] {
+        let state = tempfile::tempdir().unwrap();
+        let mut args = vec![suite];
+        args.extend(extra.iter().map(|s| &**s));
+        let out = run_with(state.path(), &args, &[]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        let (dir, record) = only_run(state.path());
+        assert_eq!(record["state"], "failed", "{record:#}");
+        let stage = &record["stages"][0];
+        assert_eq!(stage["verdict"], "error");
+        let message = stage["message"].as_str().unwrap();
+        assert!(message.contains(missing_arg), "{message}");
+        // Nothing was started, so there is no MLLOG to mislead.
+        assert!(!dir.join("mllog.txt").exists());
+    }
+}
+
+#[test]
+fn a_dataset_without_a_val_split_is_an_error_that_says_so() {
+    let state = tempfile::tempdir().unwrap();
+    let data = state.path().join("data");
+    fs::create_dir_all(data.join("train/a")).unwrap();
+    let out = run_with(
+        state.path(),
+        &["smoke", "--dataset", data.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let (_, record) = only_run(state.path());
+    let message = record["stages"][0]["message"].as_str().unwrap();
+    assert!(message.contains("val/"), "{message}");
+}
+
+#[test]
+fn out_of_range_hyperparameters_are_usage_errors_before_anything_is_recorded() {
+    for (option, needle) in [
+        ("base_lr=-1", "base_lr"),
+        ("momentum=1.5", "momentum"),
+        ("warmup_epochs=50", "warmup_epochs"),
+        ("model=vgg", "model"),
+        ("image_size=3", "image_size"),
+    ] {
+        let state = tempfile::tempdir().unwrap();
+        let out = run_with(state.path(), &["smoke"], &[option]);
+        assert_eq!(
+            out.status.code(),
+            Some(EXIT_USAGE),
+            "{option}: {}",
+            text(&out)
+        );
+        assert!(text(&out).contains(needle), "{option}: {}", text(&out));
+        assert!(!state.path().join("runs").exists() || only_runs_empty(state.path()));
+    }
+}
+
+fn only_runs_empty(state: &Path) -> bool {
+    fs::read_dir(state.join("runs")).map_or(true, |mut d| d.next().is_none())
+}
+
+#[test]
+fn a_cancel_during_training_stops_the_run_and_keeps_its_aborted_mllog() {
+    let state = tempfile::tempdir().unwrap();
+    let mut cmd = tinyperf();
+    cmd.args(["run", "smoke", "--events", "jsonl", "--state-dir"])
+        .arg(state.path());
+    for o in SHORT_SMOKE {
+        cmd.arg("-o").arg(o);
+    }
+    // Enough epochs that the run is still training when the signal comes.
+    cmd.args(["-o", "train_epochs=200", "-o", "target_accuracy=1"]);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let started = Instant::now();
+    let mut steps_seen = 0;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let event: Value = serde_json::from_str(&line).unwrap();
+        let message = event["message"].as_str().unwrap_or("");
+        if event["event"] == "progress" && message.contains(" step ") {
+            steps_seen += 1;
+            // Live progress names the epoch, loss, accuracy, img/s and LR.
+            for part in ["epoch ", "loss ", "acc ", "img/s", "lr "] {
+                assert!(message.contains(part), "{message}");
+            }
+            if steps_seen == 3 {
+                break;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "no steps");
+    }
+    assert_eq!(steps_seen, 3);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    let last: Value = serde_json::from_str(rest.last().unwrap()).unwrap();
+    assert_eq!(last["event"], "run_finished", "{last}");
+    assert_eq!(last["state"], "cancelled", "{last}");
+    let (dir, record) = only_run(state.path());
+    assert_eq!(record["state"], "cancelled");
+    let log = fs::read_to_string(dir.join("mllog.txt")).unwrap();
+    let last_line = log.lines().last().unwrap();
+    assert!(
+        last_line.contains("\"run_stop\"") && last_line.contains("\"aborted\""),
+        "{last_line}"
+    );
+    assert!(log.contains("\"epoch_start\""));
+}
+
+#[test]
+fn a_given_dataset_with_broken_jpegs_trains_and_reports_them() {
+    let state = tempfile::tempdir().unwrap();
+    let data = state.path().join("data");
+    let out = tinyperf()
+        .args(["dataset", "synth"])
+        .arg(&data)
+        .args([
+            "--classes",
+            "2",
+            "--per-class",
+            "32",
+            "--val-per-class",
+            "8",
+        ])
+        .args(["--size", "16"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let class_dir = data.join("train").join(
+        fs::read_dir(data.join("train"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .file_name(),
+    );
+    let mut files: Vec<PathBuf> = fs::read_dir(&class_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    fs::write(&files[0], b"").unwrap();
+    let bytes = fs::read(&files[1]).unwrap();
+    fs::write(&files[1], &bytes[..bytes.len() / 2]).unwrap();
+    let options: Vec<&str> = SHORT_SMOKE
+        .iter()
+        .copied()
+        .filter(|o| !o.starts_with("synth_"))
+        .collect();
+    let out = run_with(
+        state.path(),
+        &["smoke", "--dataset", data.to_str().unwrap()],
+        &options,
+    );
+    let (_, record) = only_run(state.path());
+    let stage = &record["stages"][0];
+    assert!(
+        matches!(stage["verdict"].as_str(), Some("pass" | "fail")),
+        "{}\n{stage:#}",
+        text(&out)
+    );
+    let unreadable = stage["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "unreadable_images")
+        .unwrap();
+    assert_eq!(unreadable["value"], 2.0, "{stage:#}");
+    assert!(
+        stage["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f.as_str().unwrap().contains("unreadable")),
+        "{stage:#}"
+    );
+}
+
+#[test]
+fn an_unrecorded_run_says_where_its_mllog_went() {
+    let scratch = tempfile::tempdir().unwrap();
+    let tmp = scratch.path().join("tmp");
+    let cache = scratch.path().join("xdg-cache");
+    fs::create_dir_all(&tmp).unwrap();
+    let mut cmd = tinyperf();
+    cmd.args(["run", "smoke"])
+        .env("TMPDIR", &tmp)
+        .env("XDG_CACHE_HOME", &cache);
+    for o in SHORT_SMOKE {
+        cmd.arg("-o").arg(o);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let path = stderr
+        .lines()
+        .find_map(|l| l.split("its MLLOG goes to ").nth(1))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let path = Path::new(path.trim());
+    assert!(path.starts_with(&tmp), "{}", path.display());
+    assert!(fs::read_to_string(path).unwrap().contains("run_stop"));
+    // The generated dataset went to the XDG cache.
+    assert!(cache.join("tinyperf").is_dir());
+}
