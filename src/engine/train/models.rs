@@ -1,20 +1,8 @@
 //! The networks a training run can choose by name.
 
 use crate::engine::backend::Backend;
-use crate::engine::layers::ParamKind;
 use crate::engine::model::resnet::{ResNet, ResNetConfig, Stem};
-use crate::engine::optim::ParamKind as InitKind;
-use crate::engine::{init, Result};
-
-fn optim_kind(kind: ParamKind) -> InitKind {
-    match kind {
-        ParamKind::ConvWeight => InitKind::ConvWeight,
-        ParamKind::LinearWeight => InitKind::FcWeight,
-        ParamKind::LinearBias => InitKind::FcBias,
-        ParamKind::BatchNormGamma => InitKind::BnGamma,
-        ParamKind::BatchNormBeta => InitKind::BnBeta,
-    }
-}
+use crate::engine::Result;
 
 /// A network by name: `resnet20`, `resnet18` (narrow: widths 16…128) or `resnet50`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,11 +54,7 @@ impl ModelChoice {
         seed: u64,
     ) -> Result<ResNet<B>> {
         let mut model = ResNet::new(backend, &self.config(classes, image_size))?;
-        // Each parameter draws from the stream of its index in PyTorch's order; a
-        // kind/shape mismatch yields no values, which init_with reports.
-        model.init_with(backend, |index, _, kind, shape| {
-            init::init_param(optim_kind(kind), shape, seed, index as u64).unwrap_or_default()
-        })?;
+        model.init_from_seed(backend, seed)?;
         Ok(model)
     }
 }
