@@ -12,7 +12,7 @@ DEBUG_BIN := target/debug/tinyperf
 # venv for mlperf-logging's checkers (installed from PyPI into .venv).
 TEST_PACKAGES := dbus systemd udev gcc libc6-dev curl util-linux passwd python3 python3-venv
 
-.PHONY: all build release run test test-deps lint fmt-check clippy bench install image image-test clean
+.PHONY: all build release run test test-deps lint fmt-check clippy bench bench-venv install image image-test clean
 
 all: build
 
@@ -51,10 +51,20 @@ clippy:
 lint: build
 	scripts/lint-system-files.sh $(DEBUG_BIN)
 
-## Speed figures: the CPU GEMM stage beside its peak, and HTTP status latency.
-bench: release
+## Speed figures, each beside its reference in the same run: the CPU GEMM stage beside the
+## CPU's peak, HTTP status latency under 50 clients, the JPEG loader beside Pillow, and ResNet
+## training beside PyTorch (a venv with torch is made once in $(BENCH_VENV)).
+BENCH_VENV ?= .venv-bench
+bench: release bench-venv
 	scripts/bench-gemm.sh $(RELEASE_BIN)
 	scripts/bench-http.sh $(RELEASE_BIN)
+	scripts/bench-loader.sh
+	PYTHON=$(BENCH_VENV)/bin/python scripts/bench-resnet.sh
+
+bench-venv:
+	@test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	@$(BENCH_VENV)/bin/python -c 'import torch, torchvision' 2>/dev/null || \
+		$(BENCH_VENV)/bin/pip install -q torch torchvision
 
 install: release
 	install -Dm755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/tinyperf
