@@ -46,10 +46,10 @@ fn u64_of(v: &Value) -> u64 {
 fn kind_of(name: &str) -> ParamKind {
     match name {
         "ConvWeight" => ParamKind::ConvWeight,
-        "FcWeight" => ParamKind::FcWeight,
-        "FcBias" => ParamKind::FcBias,
-        "BnGamma" => ParamKind::BnGamma,
-        "BnBeta" => ParamKind::BnBeta,
+        "FcWeight" => ParamKind::LinearWeight,
+        "FcBias" => ParamKind::LinearBias,
+        "BnGamma" => ParamKind::BatchNormGamma,
+        "BnBeta" => ParamKind::BatchNormBeta,
         other => panic!("unknown kind {other}"),
     }
 }

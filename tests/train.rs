@@ -12,7 +12,7 @@ use tinyperf::engine::data::{write_synth_dataset, Dataset, Loader, LoaderConfig,
 use tinyperf::engine::layers::{BatchNorm2d, Conv2d, GlobalAvgPool, Linear, ParamKind, Relu};
 use tinyperf::engine::mllog::{drop_page_cache, Division, MlLog, Submission};
 use tinyperf::engine::model::{Model, NamedParam};
-use tinyperf::engine::optim::{step_param, LarsConfig, ParamKind as OptimKind};
+use tinyperf::engine::optim::{step_param, LarsConfig};
 use tinyperf::engine::recipe::Recipe;
 use tinyperf::engine::train::{
     measure_train_throughput, train, DeviceOptimizer, EpochReport, StepReport, StopReason,
@@ -296,7 +296,7 @@ fn the_device_optimizer_matches_the_host_lars_and_sgd_reference() {
         epsilon: 0.0,
     };
     let mut optimizer = DeviceOptimizer::<CpuBackend>::new(config);
-    let mut host: Vec<(OptimKind, Vec<f32>, Vec<f32>)> = Vec::new();
+    let mut host: Vec<(ParamKind, Vec<f32>, Vec<f32>)> = Vec::new();
     for step in 0..2 {
         let x: Vec<f32> = (0..4 * 8 * 8 * 3)
             .map(|i| ((i * 37 + step * 11) % 101) as f32 - 50.0)
@@ -316,13 +316,7 @@ fn the_device_optimizer_matches_the_host_lars_and_sgd_reference() {
             let mut g = vec![0.0; len];
             backend.download(p.param.value, &mut w).unwrap();
             backend.download(p.param.grad, &mut g).unwrap();
-            let kind = match p.param.kind {
-                ParamKind::ConvWeight => OptimKind::ConvWeight,
-                ParamKind::LinearWeight => OptimKind::FcWeight,
-                ParamKind::LinearBias => OptimKind::FcBias,
-                ParamKind::BatchNormGamma => OptimKind::BnGamma,
-                ParamKind::BatchNormBeta => OptimKind::BnBeta,
-            };
+            let kind = p.param.kind;
             if host.len() <= i {
                 host.push((kind, Vec::new(), vec![0.0; len]));
             }

@@ -96,10 +96,10 @@ pub fn init_param(kind: ParamKind, shape: &[usize], seed: u64, stream: u64) -> O
         (ParamKind::ConvWeight, &[cout, cin, kh, kw]) => {
             Some(conv_weight(seed, stream, cout, cin, kh, kw))
         }
-        (ParamKind::FcWeight, &[out, inp]) => Some(linear_weight(seed, stream, out, inp)),
-        (ParamKind::FcBias, &[out]) => Some(linear_bias(out)),
-        (ParamKind::BnGamma, &[c]) => Some(bn_gamma(c)),
-        (ParamKind::BnBeta, &[c]) => Some(bn_beta(c)),
+        (ParamKind::LinearWeight, &[out, inp]) => Some(linear_weight(seed, stream, out, inp)),
+        (ParamKind::LinearBias, &[out]) => Some(linear_bias(out)),
+        (ParamKind::BatchNormGamma, &[c]) => Some(bn_gamma(c)),
+        (ParamKind::BatchNormBeta, &[c]) => Some(bn_beta(c)),
         _ => None,
     }
 }
@@ -172,19 +172,19 @@ mod tests {
     #[test]
     fn constant_initialisers_and_shape_checks() {
         assert_eq!(
-            init_param(ParamKind::BnGamma, &[3], 0, 0),
+            init_param(ParamKind::BatchNormGamma, &[3], 0, 0),
             Some(vec![1.0; 3])
         );
         assert_eq!(
-            init_param(ParamKind::BnBeta, &[2], 0, 0),
+            init_param(ParamKind::BatchNormBeta, &[2], 0, 0),
             Some(vec![0.0; 2])
         );
         assert_eq!(
-            init_param(ParamKind::FcBias, &[4], 0, 0),
+            init_param(ParamKind::LinearBias, &[4], 0, 0),
             Some(vec![0.0; 4])
         );
         assert_eq!(init_param(ParamKind::ConvWeight, &[4, 4], 0, 0), None);
-        assert_eq!(init_param(ParamKind::FcWeight, &[4, 4, 1], 0, 0), None);
+        assert_eq!(init_param(ParamKind::LinearWeight, &[4, 4, 1], 0, 0), None);
         assert_eq!(
             init_param(ParamKind::ConvWeight, &[2, 3, 1, 1], 4, 5),
             Some(conv_weight(4, 5, 2, 3, 1, 1))

@@ -24,7 +24,7 @@ use super::backend::Backend;
 
 /// What a parameter is, which decides how an optimizer treats it (LARS applies to conv
 /// and linear weights; BN parameters and biases are in the skip list).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ParamKind {
     ConvWeight,
     LinearWeight,

@@ -18,7 +18,6 @@ use crate::engine::init;
 use crate::engine::layers::{
     BatchNorm2d, Conv2d, GlobalAvgPool, Linear, MaxPool2d, ParamKind, ParamMut, Relu,
 };
-use crate::engine::optim::ParamKind as OptimParamKind;
 use crate::engine::tensor::Tensor;
 use crate::engine::{EngineError, Result};
 
@@ -193,16 +192,6 @@ pub struct ResNet<B: Backend> {
 }
 
 /// The optimizer's name for a layer's parameter kind.
-fn optim_kind(kind: ParamKind) -> OptimParamKind {
-    match kind {
-        ParamKind::ConvWeight => OptimParamKind::ConvWeight,
-        ParamKind::LinearWeight => OptimParamKind::FcWeight,
-        ParamKind::LinearBias => OptimParamKind::FcBias,
-        ParamKind::BatchNormGamma => OptimParamKind::BnGamma,
-        ParamKind::BatchNormBeta => OptimParamKind::BnBeta,
-    }
-}
-
 fn missing(op: &'static str) -> EngineError {
     EngineError::MissingForwardState { op }
 }
@@ -424,7 +413,7 @@ impl<B: Backend> ResNet<B> {
     pub fn init_from_seed(&mut self, backend: &B, seed: u64) -> Result<()> {
         self.init_with(backend, |index, _, kind, shape| {
             // A kind/shape mismatch yields no values, which init_with reports.
-            init::init_param(optim_kind(kind), shape, seed, index as u64).unwrap_or_default()
+            init::init_param(kind, shape, seed, index as u64).unwrap_or_default()
         })
     }
 

@@ -11,15 +11,7 @@ pub mod sgd;
 pub use lars::{lars_step, lars_trust_ratio, LarsConfig};
 pub use sgd::sgd_momentum_step;
 
-/// What a trainable tensor is, which decides its initialiser and its optimizer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ParamKind {
-    ConvWeight,
-    FcWeight,
-    FcBias,
-    BnGamma,
-    BnBeta,
-}
+pub use crate::engine::layers::ParamKind;
 
 impl ParamKind {
     /// The kind of a parameter from its PyTorch state-dict name in torchvision's ResNet
@@ -32,11 +24,11 @@ impl ParamKind {
         let is_bn = last.starts_with("bn") || module.ends_with("downsample.1");
         let is_conv = last.starts_with("conv") || module.ends_with("downsample.0");
         match (leaf, is_bn, is_conv, last) {
-            ("weight", true, _, _) => Some(Self::BnGamma),
-            ("bias", true, _, _) => Some(Self::BnBeta),
+            ("weight", true, _, _) => Some(Self::BatchNormGamma),
+            ("bias", true, _, _) => Some(Self::BatchNormBeta),
             ("weight", false, true, _) => Some(Self::ConvWeight),
-            ("weight", false, false, "fc") => Some(Self::FcWeight),
-            ("bias", false, false, "fc") => Some(Self::FcBias),
+            ("weight", false, false, "fc") => Some(Self::LinearWeight),
+            ("bias", false, false, "fc") => Some(Self::LinearBias),
             _ => None,
         }
     }
@@ -51,8 +43,8 @@ impl ParamKind {
 /// momentum SGD with no weight decay; conv and FC weights get LARS.
 pub fn in_skip_list(kind: ParamKind) -> bool {
     match kind {
-        ParamKind::ConvWeight | ParamKind::FcWeight => false,
-        ParamKind::FcBias | ParamKind::BnGamma | ParamKind::BnBeta => true,
+        ParamKind::ConvWeight | ParamKind::LinearWeight => false,
+        ParamKind::LinearBias | ParamKind::BatchNormGamma | ParamKind::BatchNormBeta => true,
     }
 }
 
@@ -141,16 +133,16 @@ mod tests {
 
     const RESNET_NAMES: &[(&str, ParamKind)] = &[
         ("conv1.weight", ParamKind::ConvWeight),
-        ("bn1.weight", ParamKind::BnGamma),
-        ("bn1.bias", ParamKind::BnBeta),
+        ("bn1.weight", ParamKind::BatchNormGamma),
+        ("bn1.bias", ParamKind::BatchNormBeta),
         ("layer1.0.conv3.weight", ParamKind::ConvWeight),
-        ("layer1.0.bn3.weight", ParamKind::BnGamma),
+        ("layer1.0.bn3.weight", ParamKind::BatchNormGamma),
         ("layer1.0.downsample.0.weight", ParamKind::ConvWeight),
-        ("layer1.0.downsample.1.weight", ParamKind::BnGamma),
-        ("layer1.0.downsample.1.bias", ParamKind::BnBeta),
-        ("layer4.2.bn3.bias", ParamKind::BnBeta),
-        ("fc.weight", ParamKind::FcWeight),
-        ("fc.bias", ParamKind::FcBias),
+        ("layer1.0.downsample.1.weight", ParamKind::BatchNormGamma),
+        ("layer1.0.downsample.1.bias", ParamKind::BatchNormBeta),
+        ("layer4.2.bn3.bias", ParamKind::BatchNormBeta),
+        ("fc.weight", ParamKind::LinearWeight),
+        ("fc.bias", ParamKind::LinearBias),
     ];
 
     #[test]
@@ -174,10 +166,10 @@ mod tests {
     #[test]
     fn skip_list_is_bn_and_biases_only() {
         assert!(!in_skip_list(ParamKind::ConvWeight));
-        assert!(!in_skip_list(ParamKind::FcWeight));
-        assert!(in_skip_list(ParamKind::FcBias));
-        assert!(in_skip_list(ParamKind::BnGamma));
-        assert!(ParamKind::BnBeta.in_skip_list());
+        assert!(!in_skip_list(ParamKind::LinearWeight));
+        assert!(in_skip_list(ParamKind::LinearBias));
+        assert!(in_skip_list(ParamKind::BatchNormGamma));
+        assert!(ParamKind::BatchNormBeta.in_skip_list());
     }
 
     #[test]
@@ -194,7 +186,7 @@ mod tests {
         let mut gamma = [1.0f32, 1.0];
         let mut buf = [0.0f32; 2];
         let trust = step_param(
-            ParamKind::BnGamma,
+            ParamKind::BatchNormGamma,
             &mut gamma,
             &grad,
             &mut buf,
@@ -234,7 +226,7 @@ mod tests {
         assert!(err.to_string().contains("gradient holds 2"), "{err}");
         let mut short = [0.0f32; 1];
         assert!(step_param(
-            ParamKind::BnBeta,
+            ParamKind::BatchNormBeta,
             &mut w,
             &[1.0; 3],
             &mut short,
