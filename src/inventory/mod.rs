@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 pub use gpu::{Gpu, GpuVendor, RebarState, RebarStatus, VramSource};
-pub use host::{Board, Host};
+pub use host::{parse_cpuinfo, Board, CpuSummary, Host};
 pub use nvme::NvmeController;
 pub use pci::{LinkSpeed, PathLink, PciAddress, PciDevice, PciLink};
 pub use sku::{SkuSpec, SKUS};

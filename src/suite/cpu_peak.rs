@@ -36,35 +36,32 @@ struct CpuInfoFacts {
 }
 
 fn parse_cpuinfo(text: &str) -> CpuInfoFacts {
-    let mut facts = CpuInfoFacts::default();
-    let mut cores = std::collections::BTreeSet::new();
-    let mut physical_id = String::new();
-    for line in text.lines() {
+    // Cores and threads are counted the way the inventory counts them; the rest comes
+    // from the first processor's block.
+    let summary = crate::inventory::parse_cpuinfo(text);
+    let mut facts = CpuInfoFacts {
+        model: summary
+            .as_ref()
+            .and_then(|s| s.model.clone())
+            .unwrap_or_default(),
+        logical_cpus: summary.as_ref().map_or(0, |s| s.threads as usize),
+        physical_cores: summary.as_ref().and_then(|s| s.cores).unwrap_or(0) as usize,
+        ..CpuInfoFacts::default()
+    };
+    let first_block = text.split("\n\n").next().unwrap_or("");
+    for line in first_block.lines() {
         let Some((key, value)) = line.split_once(':') else {
             continue;
         };
-        let (key, value) = (key.trim(), value.trim());
-        match key {
-            "processor" => facts.logical_cpus += 1,
-            "model name" if facts.model.is_empty() => facts.model = value.to_string(),
-            "vendor_id" if facts.vendor.is_empty() => facts.vendor = value.to_string(),
-            "cpu family" if facts.family == 0 => facts.family = value.parse().unwrap_or(0),
-            "cpu MHz" if facts.mhz.is_none() => facts.mhz = value.parse().ok(),
-            "flags" if facts.flags.is_empty() => {
-                facts.flags = value.split_whitespace().map(str::to_string).collect()
-            }
-            "physical id" => physical_id = value.to_string(),
-            "core id" => {
-                cores.insert((physical_id.clone(), value.to_string()));
-            }
+        let value = value.trim();
+        match key.trim() {
+            "vendor_id" => facts.vendor = value.to_string(),
+            "cpu family" => facts.family = value.parse().unwrap_or(0),
+            "cpu MHz" => facts.mhz = value.parse().ok(),
+            "flags" => facts.flags = value.split_whitespace().map(str::to_string).collect(),
             _ => {}
         }
     }
-    facts.physical_cores = if cores.is_empty() {
-        facts.logical_cpus
-    } else {
-        cores.len()
-    };
     facts
 }
 
