@@ -7,7 +7,7 @@
 
 use std::cell::RefCell;
 
-use super::decode::{decode_jpeg_region, jpeg_size, DecodeError, RgbImage, ScaledRegion};
+use super::decode::{decode_jpeg_region_with, DecodeError, RgbImage, ScaledRegion};
 use super::rng::SampleRng;
 
 /// Per-channel mean subtracted from every pixel (RGB, 0–255 scale); no division by std.
@@ -158,9 +158,13 @@ impl TrainTransform {
         rng: &mut SampleRng,
         out: &mut [f32],
     ) -> Result<CropChoice, DecodeError> {
-        let (width, height) = jpeg_size(bytes)?;
-        let choice = self.choose(width, height, rng);
-        let region = decode_jpeg_region(bytes, choice.rect, self.size, self.size)?;
+        let mut chosen = None;
+        let region = decode_jpeg_region_with(bytes, self.size, self.size, |width, height| {
+            let choice = self.choose(width, height, rng);
+            chosen = Some(choice);
+            choice.rect
+        })?;
+        let choice = chosen.ok_or_else(|| DecodeError::Corrupt("no crop was chosen".into()))?;
         resample(&region.image, &self.region_job(&region, choice), out);
         Ok(choice)
     }

@@ -110,9 +110,21 @@ pub fn decode_jpeg_region(
     out_width: usize,
     out_height: usize,
 ) -> Result<ScaledRegion, DecodeError> {
+    decode_jpeg_region_with(bytes, out_width, out_height, |_, _| crop)
+}
+
+/// [`decode_jpeg_region`] with the crop chosen by `choose` from the image's width and
+/// height, which it is given once the header has been read (and only then).
+pub fn decode_jpeg_region_with(
+    bytes: &[u8],
+    out_width: usize,
+    out_height: usize,
+    choose: impl FnOnce(usize, usize) -> CropRect,
+) -> Result<ScaledRegion, DecodeError> {
     check_container(bytes)?;
     with_decompressor(|d| {
         let header = d.read_header(bytes)?;
+        let crop = choose(header.width, header.height);
         let eighths = region_eighths(crop, out_width, out_height);
         let window = Window::covering(&header, crop, eighths);
         let image = d.decompress(bytes, &header, &window)?;
