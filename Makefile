@@ -10,7 +10,7 @@ DEBUG_BIN := target/debug/tinyperf
 # Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
 # udevadm, a C compiler for the fake GPU driver libraries, curl for HTTP checks, and Python with
 # venv for mlperf-logging's checkers (installed from PyPI into .venv).
-TEST_PACKAGES := dbus systemd udev gcc libc6-dev curl util-linux passwd python3 python3-venv
+TEST_PACKAGES := dbus systemd udev gcc libc6-dev curl util-linux passwd python3 python3-venv cmake nasm
 
 .PHONY: all build release run test test-deps lint fmt-check clippy bench bench-venv install image image-test clean
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tinyperf::engine::data::augment::CropRect;
-use tinyperf::engine::data::decode::DecodeError;
+use tinyperf::engine::data::decode::{decode_jpeg_region, jpeg_size, DecodeError};
 use tinyperf::engine::data::rng::SampleRng;
 use tinyperf::engine::data::synth::{encode_jpeg, SPEC_FILE};
 use tinyperf::engine::data::{
@@ -688,4 +688,127 @@ fn dataset_commands_generate_check_and_refuse_bad_folders() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+}
+
+fn smooth(width: usize, height: usize) -> RgbImage {
+    let mut pixels = Vec::with_capacity(width * height * 3);
+    for y in 0..height {
+        for x in 0..width {
+            let (u, v) = (x as f64 / width as f64, y as f64 / height as f64);
+            pixels.extend_from_slice(&[
+                (40.0 + 170.0 * u) as u8,
+                (30.0 + 190.0 * v) as u8,
+                (128.0 + 100.0 * (6.0 * u).sin() * (4.0 * v).cos()) as u8,
+            ]);
+        }
+    }
+    RgbImage {
+        width,
+        height,
+        pixels,
+    }
+}
+
+/// The exact train path: decode the whole image, then crop, flip and resize it.
+fn decode_whole_then_apply(t: &TrainTransform, bytes: &[u8], seed: u64, out: &mut [f32]) {
+    let img = decode_jpeg(bytes).unwrap();
+    t.apply(&img, &mut SampleRng::new(seed), out);
+}
+
+#[test]
+fn crop_decode_at_full_scale_is_exactly_whole_decode_then_crop() {
+    // Crops of a 300x200 image never reach twice 160, so no IDCT scaling happens and
+    // only the crop's iMCU columns and rows are decoded, at unaligned offsets.
+    let bytes = encode_jpeg(&gradient(300, 200).pixels, 300, 200, 90).unwrap();
+    let t = TrainTransform::with_size(160);
+    let mut whole = vec![0f32; 160 * 160 * 3];
+    let mut cropped = vec![0f32; 160 * 160 * 3];
+    let mut offsets = HashSet::new();
+    for seed in 0..40 {
+        decode_whole_then_apply(&t, &bytes, seed, &mut whole);
+        let choice = t
+            .decode_and_apply(&bytes, &mut SampleRng::new(seed), &mut cropped)
+            .unwrap();
+        offsets.insert(choice.rect.x % 16);
+        let region = decode_jpeg_region(&bytes, choice.rect, 160, 160).unwrap();
+        assert_eq!(region.eighths, 8);
+        // Whole iMCU columns (16 px at 4:2:0) from the left, exact rows.
+        assert!(region.image.width >= choice.rect.width);
+        assert!(region.image.width < choice.rect.width + 16);
+        assert_eq!(region.image.height, choice.rect.height);
+        assert_eq!(whole, cropped, "seed {seed}");
+    }
+    assert!(
+        offsets.len() > 4,
+        "crops at MCU-unaligned offsets: {offsets:?}"
+    );
+}
+
+#[test]
+fn crop_decode_downscaled_in_the_idct_stays_close_to_the_exact_path() {
+    let (w, h) = (640, 480);
+    let bytes = encode_jpeg(&smooth(w, h).pixels, w, h, 95).unwrap();
+    let t = TrainTransform::with_size(64);
+    let mut whole = vec![0f32; 64 * 64 * 3];
+    let mut cropped = vec![0f32; 64 * 64 * 3];
+    let mut scales = HashSet::new();
+    for seed in 0..30 {
+        decode_whole_then_apply(&t, &bytes, seed, &mut whole);
+        let choice = t
+            .decode_and_apply(&bytes, &mut SampleRng::new(seed), &mut cropped)
+            .unwrap();
+        let region = decode_jpeg_region(&bytes, choice.rect, 64, 64).unwrap();
+        scales.insert(region.eighths);
+        // The decoded window holds the crop scaled by eighths/8, and not much more.
+        let s = region.eighths as f64 / 8.0;
+        assert!(region.image.width as f64 >= choice.rect.width as f64 * s - 1.0);
+        assert!(region.image.height as f64 >= choice.rect.height as f64 * s - 1.0);
+        assert!(region.image.height as f64 <= choice.rect.height as f64 * s + 2.0);
+        let mean_diff = whole
+            .iter()
+            .zip(&cropped)
+            .map(|(a, b)| (a - b).abs())
+            .sum::<f32>()
+            / whole.len() as f32;
+        let max_diff = whole
+            .iter()
+            .zip(&cropped)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(mean_diff < 1.5, "seed {seed}: mean |diff| {mean_diff}");
+        assert!(max_diff < 12.0, "seed {seed}: max |diff| {max_diff}");
+    }
+    assert!(
+        scales.len() >= 2 && scales.iter().any(|&n| n < 4),
+        "{scales:?}"
+    );
+}
+
+#[test]
+fn crop_decode_rejects_broken_files_like_whole_decode() {
+    let bytes = encode_jpeg(&gradient(64, 48).pixels, 64, 48, 90).unwrap();
+    let t = TrainTransform::with_size(32);
+    let mut out = vec![0f32; 32 * 32 * 3];
+    let mut rng = SampleRng::new(0);
+    assert_eq!(
+        t.decode_and_apply(&bytes[..bytes.len() / 2], &mut rng, &mut out),
+        Err(DecodeError::Truncated)
+    );
+    assert_eq!(
+        t.decode_and_apply(b"", &mut rng, &mut out),
+        Err(DecodeError::Empty)
+    );
+    assert_eq!(
+        t.decode_and_apply(b"GIF89a......", &mut rng, &mut out),
+        Err(DecodeError::NotJpeg)
+    );
+    assert!(matches!(
+        t.decode_and_apply(
+            b"\xff\xd8\xff\xda\x00\x02garbage\xff\xd9",
+            &mut rng,
+            &mut out
+        ),
+        Err(DecodeError::Corrupt(_))
+    ));
+    assert_eq!(jpeg_size(&bytes), Ok((64, 48)));
 }

@@ -7,7 +7,7 @@
 
 use std::cell::RefCell;
 
-use super::decode::RgbImage;
+use super::decode::{decode_jpeg_region_with, DecodeError, RgbImage, ScaledRegion};
 use super::rng::SampleRng;
 
 /// Per-channel mean subtracted from every pixel (RGB, 0–255 scale); no division by std.
@@ -147,6 +147,65 @@ impl TrainTransform {
         );
         choice
     }
+
+    /// Decode JPEG `bytes` and transform them like [`TrainTransform::apply`], with the
+    /// same random choices, but choose the crop from the header's size first and decode
+    /// only the part of the image it covers, downscaled in the IDCT as far as the crop
+    /// stays at least the output size (see [`decode_jpeg_region`]).
+    pub fn decode_and_apply(
+        &self,
+        bytes: &[u8],
+        rng: &mut SampleRng,
+        out: &mut [f32],
+    ) -> Result<CropChoice, DecodeError> {
+        let mut chosen = None;
+        let region = decode_jpeg_region_with(bytes, self.size, self.size, |width, height| {
+            let choice = self.choose(width, height, rng);
+            chosen = Some(choice);
+            choice.rect
+        })?;
+        let choice = chosen.ok_or_else(|| DecodeError::Corrupt("no crop was chosen".into()))?;
+        resample(&region.image, &self.region_job(&region, choice), out);
+        Ok(choice)
+    }
+
+    /// The resampling of `choice`'s crop out of a decoded, possibly scaled, window.
+    fn region_job(&self, region: &ScaledRegion, choice: CropChoice) -> Resample {
+        let r = choice.rect;
+        let n = region.eighths;
+        let img = &region.image;
+        // The source pixels the crop touches, in window coordinates.
+        let x0 = (r.x * n / 8)
+            .saturating_sub(region.x)
+            .min(img.width.saturating_sub(1));
+        let x1 =
+            (((r.x + r.width) * n).div_ceil(8).saturating_sub(region.x)).clamp(x0 + 1, img.width);
+        let y0 = (r.y * n / 8)
+            .saturating_sub(region.y)
+            .min(img.height.saturating_sub(1));
+        let y1 =
+            (((r.y + r.height) * n).div_ceil(8).saturating_sub(region.y)).clamp(y0 + 1, img.height);
+        let s = region.scale();
+        Resample {
+            bounds: CropRect {
+                x: x0,
+                y: y0,
+                width: x1 - x0,
+                height: y1 - y0,
+            },
+            origin: (
+                r.x as f64 * s - region.x as f64,
+                r.y as f64 * s - region.y as f64,
+            ),
+            scale: (
+                r.width as f64 * s / self.size as f64,
+                r.height as f64 * s / self.size as f64,
+            ),
+            out_width: self.size,
+            out_height: self.size,
+            flip: choice.flip,
+        }
+    }
 }
 
 /// Resize the short side to `resize`, then take the centre size×size crop.
@@ -278,14 +337,20 @@ fn resample(image: &RgbImage, job: &Resample, out: &mut [f32]) {
         .max()
         .unwrap_or(b.x);
     let cols = (x_end - x_first) * 3;
+    // Every output pixel reads `reach` taps, the ones past its own count weighted zero,
+    // so the horizontal loop has a fixed length; the zero columns after each row keep
+    // those reads in bounds.
+    let reach = xt.count.iter().copied().max().unwrap_or(1);
+    let stride_f = cols + reach * 3;
     let stride = image.width * 3;
     ROWS.with(|rows| {
         let mut rows = rows.borrow_mut();
         rows.clear();
-        rows.resize(oh * cols, 0.0);
+        rows.resize(oh * stride_f, 0.0);
         // Vertical pass first, over contiguous spans of bytes (it vectorises), on only
         // the columns the horizontal taps can reach.
-        for (oy, dst) in rows.chunks_exact_mut(cols).enumerate() {
+        for (oy, dst) in rows.chunks_exact_mut(stride_f).enumerate() {
+            let dst = &mut dst[..cols];
             let first = yt.start[oy];
             for k in 0..yt.count[oy] {
                 let w = yt.weights[oy * yt.taps + k];
@@ -297,26 +362,74 @@ fn resample(image: &RgbImage, job: &Resample, out: &mut [f32]) {
             }
         }
         // Horizontal pass, flip and mean subtraction.
-        for (row, out_row) in rows.chunks_exact(cols).zip(out.chunks_exact_mut(ow * 3)) {
-            for ox in 0..ow {
-                let first = xt.start[ox] - x_first;
-                let count = xt.count[ox];
-                let weights = &xt.weights[ox * xt.taps..ox * xt.taps + count];
-                let src = &row[first * 3..(first + count) * 3];
-                let (mut r, mut g, mut bl) = (0f32, 0f32, 0f32);
-                for (w, p) in weights.iter().zip(src.chunks_exact(3)) {
-                    r += w * p[0];
-                    g += w * p[1];
-                    bl += w * p[2];
-                }
-                let dx = if job.flip { ow - 1 - ox } else { ox };
-                let px = &mut out_row[dx * 3..dx * 3 + 3];
-                px[0] = r - MEAN_RGB[0];
-                px[1] = g - MEAN_RGB[1];
-                px[2] = bl - MEAN_RGB[2];
-            }
+        let pass = match reach {
+            1 => horizontal::<1>,
+            2 => horizontal::<2>,
+            3 => horizontal::<3>,
+            4 => horizontal::<4>,
+            5 => horizontal::<5>,
+            6 => horizontal::<6>,
+            7 => horizontal::<7>,
+            8 => horizontal::<8>,
+            _ => horizontal_any,
+        };
+        for (row, out_row) in rows
+            .chunks_exact(stride_f)
+            .zip(out.chunks_exact_mut(ow * 3))
+        {
+            pass(row, &xt, x_first, job.flip, out_row);
         }
     });
+}
+
+/// One output row of the horizontal pass with exactly `T` taps per pixel.
+fn horizontal<const T: usize>(
+    row: &[f32],
+    xt: &AxisTaps,
+    x_first: usize,
+    flip: bool,
+    out_row: &mut [f32],
+) {
+    let ow = xt.start.len();
+    for ox in 0..ow {
+        let first = (xt.start[ox] - x_first) * 3;
+        let weights = &xt.weights[ox * xt.taps..ox * xt.taps + T];
+        let src = &row[first..first + T * 3];
+        let (mut r, mut g, mut b) = (0f32, 0f32, 0f32);
+        for k in 0..T {
+            r += weights[k] * src[k * 3];
+            g += weights[k] * src[k * 3 + 1];
+            b += weights[k] * src[k * 3 + 2];
+        }
+        let dx = if flip { ow - 1 - ox } else { ox };
+        store(out_row, dx, r, g, b);
+    }
+}
+
+/// The horizontal pass for any tap count (large downscales).
+fn horizontal_any(row: &[f32], xt: &AxisTaps, x_first: usize, flip: bool, out_row: &mut [f32]) {
+    let ow = xt.start.len();
+    for ox in 0..ow {
+        let first = xt.start[ox] - x_first;
+        let count = xt.count[ox];
+        let weights = &xt.weights[ox * xt.taps..ox * xt.taps + count];
+        let src = &row[first * 3..(first + count) * 3];
+        let (mut r, mut g, mut b) = (0f32, 0f32, 0f32);
+        for (w, p) in weights.iter().zip(src.chunks_exact(3)) {
+            r += w * p[0];
+            g += w * p[1];
+            b += w * p[2];
+        }
+        let dx = if flip { ow - 1 - ox } else { ox };
+        store(out_row, dx, r, g, b);
+    }
+}
+
+fn store(out_row: &mut [f32], x: usize, r: f32, g: f32, b: f32) {
+    let px = &mut out_row[x * 3..x * 3 + 3];
+    px[0] = r - MEAN_RGB[0];
+    px[1] = g - MEAN_RGB[1];
+    px[2] = b - MEAN_RGB[2];
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 
 use super::augment::{EvalTransform, TrainTransform};
 use super::dataset::Split;
-use super::decode::{decode_jpeg, DecodeError, RgbImage};
+use super::decode::{decode_jpeg, DecodeError};
 use super::error::DataError;
 use super::rng::SampleRng;
 use super::shuffle::epoch_order;
@@ -235,26 +235,44 @@ impl Loader {
     /// Decode and transform one sample, replacing an unreadable image. Returns whether
     /// it was replaced.
     fn load_into(&self, sample: usize, rng: &mut SampleRng, out: &mut [f32]) -> bool {
-        let (image, replaced) = self.read_or_replace(sample);
-        match (&image, self.config.mode) {
-            (Some(img), Mode::Train) => {
+        match self.config.mode {
+            Mode::Train => {
                 let t = TrainTransform {
                     scale: self.config.crop_scale,
                     ..TrainTransform::with_size(self.config.image_size)
                 };
-                t.apply(img, rng, out);
+                // Each attempt starts from the sample's own random state, so a
+                // replacement is augmented as the original would have been.
+                let start = rng.clone();
+                self.load_or_replace(sample, out, |bytes, out| {
+                    *rng = start.clone();
+                    t.decode_and_apply(bytes, rng, out).map(|_| ())
+                })
             }
-            (Some(img), Mode::Eval) => EvalTransform::new(self.config.image_size).apply(img, out),
-            // Zero after mean subtraction: the mean image.
-            (None, _) => out.fill(0.0),
+            Mode::Eval => {
+                let t = EvalTransform::new(self.config.image_size);
+                self.load_or_replace(sample, out, |bytes, out| {
+                    decode_jpeg(bytes).map(|img| t.apply(&img, out))
+                })
+            }
         }
-        replaced
     }
 
-    fn read_or_replace(&self, sample: usize) -> (Option<RgbImage>, bool) {
+    /// Run `load` on the sample's file, or on up to [`REPLACEMENT_TRIES`] other images
+    /// of its class when it cannot be read; the mean image (zeros) when none can.
+    fn load_or_replace(
+        &self,
+        sample: usize,
+        out: &mut [f32],
+        mut load: impl FnMut(&[u8], &mut [f32]) -> Result<(), DecodeError>,
+    ) -> bool {
+        let mut attempt = |path: &Path, out: &mut [f32]| {
+            let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+            load(&bytes, out).map_err(|e| e.to_string())
+        };
         let first = &self.split.samples[sample];
-        match read_image(&first.path) {
-            Ok(img) => return (Some(img), false),
+        match attempt(&first.path, out) {
+            Ok(()) => return false,
             Err(e) => self.unreadable.record(&first.path, &e),
         }
         self.unreadable.replacements.fetch_add(1, Ordering::Relaxed);
@@ -263,18 +281,15 @@ impl Loader {
         for k in 1..=REPLACEMENT_TRIES.min(class.len().saturating_sub(1)) {
             let other = class[(at + k) % class.len()];
             let path = &self.split.samples[other].path;
-            match read_image(path) {
-                Ok(img) => return (Some(img), true),
+            match attempt(path, out) {
+                Ok(()) => return true,
                 Err(e) => self.unreadable.record(path, &e),
             }
         }
-        (None, true)
+        // Zero after mean subtraction: the mean image.
+        out.fill(0.0);
+        true
     }
-}
-
-fn read_image(path: &Path) -> Result<RgbImage, String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    decode_jpeg(&bytes).map_err(|e: DecodeError| e.to_string())
 }
 
 /// What each position of one epoch holds.

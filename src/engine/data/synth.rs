@@ -7,7 +7,7 @@
 //! share each hue family: the mean colour alone cannot tell them apart.
 //!
 //! Files are encoded with the `jpeg-encoder` crate: pure Rust, no dependencies, and
-//! only the encoder is needed (decoding goes through zune-jpeg).
+//! only the encoder is needed (decoding goes through libjpeg-turbo).
 
 use std::fs;
 use std::path::{Path, PathBuf};
