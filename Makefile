@@ -12,15 +12,26 @@ DEBUG_BIN := target/debug/tinyperf
 # venv for mlperf-logging's checkers (installed from PyPI into .venv).
 TEST_PACKAGES := dbus systemd udev gcc libc6-dev curl util-linux passwd python3 python3-venv cmake nasm
 
-.PHONY: all build release run test test-deps lint fmt-check clippy bench bench-venv install image image-test clean
+.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-venv install image image-test clean
 
 all: build
 
-build:
+# What a build needs beyond Rust: cmake and nasm compile the bundled libjpeg-turbo.
+BUILD_PACKAGES := cmake nasm gcc
+
+build: build-deps
 	$(CARGO) build
 
-release:
+release: build-deps
 	$(CARGO) build --release
+
+build-deps:
+	@missing=""; for p in $(BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		if [ "$$(id -u)" -ne 0 ]; then echo "need root to install:$$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 ## Build and run `tinyperf run` on whatever this machine has (the CPU, here).
 run: release
