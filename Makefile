@@ -9,8 +9,8 @@ DEBUG_BIN := target/debug/tinyperf
 
 # Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
 # udevadm, a C compiler for the fake GPU driver libraries, curl for HTTP checks, and Python with
-# venv for mlperf-logging's checkers (installed from PyPI into .venv).
-TEST_PACKAGES := dbus systemd udev gcc libc6-dev curl util-linux passwd python3 python3-venv cmake nasm
+# venv for mlperf-logging's checkers (installed from PyPI into .venv); the build packages come first.
+TEST_PACKAGES := dbus systemd udev libc6-dev curl util-linux passwd python3 python3-venv
 
 .PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-venv install image image-test clean
 
@@ -19,6 +19,16 @@ all: build
 # What a build needs beyond Rust: cmake and nasm compile the bundled libjpeg-turbo.
 BUILD_PACKAGES := cmake nasm gcc
 
+# Installs the Debian packages of $(1) that are missing (needs root only when some are).
+define apt_install
+missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+if [ -n "$$missing" ]; then \
+	echo "installing:$$missing"; \
+	if [ "$$(id -u)" -ne 0 ]; then echo "need root to install:$$missing" >&2; exit 1; fi; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+fi
+endef
+
 build: build-deps
 	$(CARGO) build
 
@@ -26,12 +36,7 @@ release: build-deps
 	$(CARGO) build --release
 
 build-deps:
-	@missing=""; for p in $(BUILD_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		if [ "$$(id -u)" -ne 0 ]; then echo "need root to install:$$missing" >&2; exit 1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	@$(call apt_install,$(BUILD_PACKAGES))
 
 ## Build and run `tinyperf run` on whatever this machine has (the CPU, here).
 run: release
@@ -41,13 +46,8 @@ run: release
 test: test-deps fmt-check clippy build lint
 	$(CARGO) test --all-targets
 
-test-deps:
-	@missing=""; for p in $(TEST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing:$$missing"; \
-		if [ "$$(id -u)" -ne 0 ]; then echo "need root to install:$$missing" >&2; exit 1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+test-deps: build-deps
+	@$(call apt_install,$(TEST_PACKAGES))
 	@command -v rustfmt >/dev/null || rustup component add rustfmt
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 	scripts/mlperf-check.sh python >/dev/null
