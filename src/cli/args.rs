@@ -37,6 +37,43 @@ pub enum Command {
     /// Generate, check or measure a training dataset.
     #[command(subcommand)]
     Dataset(DatasetCommand),
+    /// Check and measure the GPU backends on this machine's GPUs.
+    #[command(subcommand)]
+    Gpu(GpuCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GpuCommand {
+    /// Every kernel and one training step against the CPU backend, then GEMM TFLOPS and
+    /// ResNet-50 training throughput, on each GPU.
+    Check(GpuCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuCheckArgs {
+    /// `auto`, `cuda` or `hip`.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Check only this device (default: every device).
+    #[arg(long)]
+    pub device: Option<usize>,
+    /// ResNet-50 training throughput batch per GPU.
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Timed training steps (after the warm-up steps).
+    #[arg(long, default_value_t = 10)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Side of the square matrices of the GEMM measurement.
+    #[arg(long, default_value_t = 8192)]
+    pub gemm_size: usize,
+    /// Skip the throughput measurements (correctness checks only).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the full report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -13,8 +13,10 @@ use cudarc::driver::sys;
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::cache::{CacheKey, KernelCache};
+use super::driver::median_tflops;
 use super::driver::{
-    DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, Transpose,
+    DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, MatmulPrecision,
+    Transpose,
 };
 use super::source::{self, Dialect, KERNEL_NAMES};
 
@@ -98,6 +100,7 @@ pub struct CudaDriver {
     device: sys::CUdevice,
     handles: Handles,
     gemm_lock: Mutex<()>,
+    math: MathMode,
 }
 
 impl std::fmt::Debug for CudaDriver {
@@ -264,101 +267,13 @@ impl CudaDriver {
                 blas: handle,
             },
             gemm_lock: Mutex::new(()),
+            math,
         })
     }
 
     fn bind(&self) -> Result<(), DriverError> {
         // SAFETY: the context is retained for the driver's lifetime.
         unsafe { cu::ctx::set_current(self.handles.ctx) }.map_err(|e| call("cuCtxSetCurrent", e))
-    }
-
-    /// fp16 or TF32/f32 GEMM throughput on `n`×`n` matrices of generated data, in TFLOP/s
-    /// (the median of `repeats` timed products after two warm-ups).
-    pub fn gemm_tflops(&self, half: bool, n: usize, repeats: usize) -> Result<f64, DriverError> {
-        self.bind()?;
-        let elem = if half { 2 } else { 4 };
-        let bytes = n * n * elem;
-        let a = self.alloc(bytes)?;
-        let b = self.alloc(bytes)?;
-        let c = self.alloc(n * n * 4)?;
-        let result = (|| {
-            for (buf, seed) in [(a, 1), (b, 2)] {
-                let kernel = if half {
-                    "fill_pattern_f16"
-                } else {
-                    "fill_pattern_f32"
-                };
-                self.launch(
-                    kernel,
-                    super::launch::elementwise(n * n),
-                    &[
-                        KernelArg::Ptr(buf),
-                        KernelArg::I64((n * n) as i64),
-                        KernelArg::I32(seed),
-                    ],
-                )?;
-            }
-            let dtype = if half {
-                blas::cudaDataType::CUDA_R_16F
-            } else {
-                blas::cudaDataType::CUDA_R_32F
-            };
-            let compute = if half {
-                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F
-            } else {
-                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
-            };
-            let mut product = || -> Result<(), DriverError> {
-                let (alpha, beta) = (1.0f32, 0.0f32);
-                let _guard = self
-                    .gemm_lock
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                // SAFETY: every pointer is a live allocation of the sizes the call implies.
-                let status = unsafe {
-                    blas::cublasGemmEx(
-                        self.handles.blas,
-                        blas::cublasOperation_t::CUBLAS_OP_N,
-                        blas::cublasOperation_t::CUBLAS_OP_N,
-                        n as i32,
-                        n as i32,
-                        n as i32,
-                        (&alpha as *const f32).cast(),
-                        a.0 as *const c_void,
-                        dtype,
-                        n as i32,
-                        b.0 as *const c_void,
-                        dtype,
-                        n as i32,
-                        (&beta as *const f32).cast(),
-                        c.0 as *mut c_void,
-                        blas::cudaDataType::CUDA_R_32F,
-                        n as i32,
-                        compute,
-                        blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                    )
-                };
-                blas_check("cublasGemmEx", status)
-            };
-            for _ in 0..2 {
-                product()?;
-            }
-            let mut times = Vec::with_capacity(repeats.max(1));
-            for _ in 0..repeats.max(1) {
-                times.push(self.time_ms(&mut product)?);
-            }
-            times.sort_by(f64::total_cmp);
-            let median_ms = times[times.len() / 2];
-            Ok(2.0 * (n as f64).powi(3) / (median_ms * 1e-3) / 1e12)
-        })();
-        let _ = self.synchronize();
-        // SAFETY: the stream drained above; the blocks are ours.
-        unsafe {
-            self.free(a);
-            self.free(b);
-            self.free(c);
-        }
-        result
     }
 }
 
@@ -599,6 +514,88 @@ impl GpuDriver for CudaDriver {
         // SAFETY: the stream lives as long as the driver.
         unsafe { cu::stream::synchronize(self.handles.stream) }
             .map_err(|e| call("cuStreamSynchronize", e))
+    }
+
+    fn matmul_tflops(
+        &self,
+        precision: MatmulPrecision,
+        n: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError> {
+        let half = precision == MatmulPrecision::F16;
+        self.bind()?;
+        let elem = if half { 2 } else { 4 };
+        let a = self.alloc(n * n * elem)?;
+        let b = self.alloc(n * n * elem)?;
+        let c = self.alloc(n * n * 4)?;
+        let result = (|| {
+            for (buf, seed) in [(a, 1), (b, 2)] {
+                let kernel = if half {
+                    "fill_pattern_f16"
+                } else {
+                    "fill_pattern_f32"
+                };
+                self.launch(
+                    kernel,
+                    super::launch::elementwise(n * n),
+                    &[
+                        KernelArg::Ptr(buf),
+                        KernelArg::I64((n * n) as i64),
+                        KernelArg::I32(seed),
+                    ],
+                )?;
+            }
+            let dtype = if half {
+                blas::cudaDataType::CUDA_R_16F
+            } else {
+                blas::cudaDataType::CUDA_R_32F
+            };
+            let compute = match (half, self.math) {
+                (false, MathMode::Tf32) => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+                _ => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            };
+            let mut product = || -> Result<(), DriverError> {
+                let (alpha, beta) = (1.0f32, 0.0f32);
+                let _guard = self
+                    .gemm_lock
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                // SAFETY: every pointer is a live allocation of the sizes the call implies.
+                let status = unsafe {
+                    blas::cublasGemmEx(
+                        self.handles.blas,
+                        blas::cublasOperation_t::CUBLAS_OP_N,
+                        blas::cublasOperation_t::CUBLAS_OP_N,
+                        n as i32,
+                        n as i32,
+                        n as i32,
+                        (&alpha as *const f32).cast(),
+                        a.0 as *const c_void,
+                        dtype,
+                        n as i32,
+                        b.0 as *const c_void,
+                        dtype,
+                        n as i32,
+                        (&beta as *const f32).cast(),
+                        c.0 as *mut c_void,
+                        blas::cudaDataType::CUDA_R_32F,
+                        n as i32,
+                        compute,
+                        blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                };
+                blas_check("cublasGemmEx", status)
+            };
+            median_tflops(self, &mut product, n, repeats)
+        })();
+        let _ = self.synchronize();
+        // SAFETY: the stream drained above; the blocks are ours.
+        unsafe {
+            self.free(a);
+            self.free(b);
+            self.free(c);
+        }
+        result
     }
 
     fn time_ms(

@@ -139,8 +139,19 @@ impl Gemm {
     }
 }
 
+/// Operand precision of a matmul throughput measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MatmulPrecision {
+    /// f32 operands and arithmetic (on NVIDIA: TF32 tensor cores when the driver's math
+    /// mode allows them).
+    F32,
+    /// fp16 operands, f32 accumulation and output.
+    F16,
+}
+
 /// What a device reports about itself.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DeviceInfo {
     pub ordinal: usize,
     pub name: String,
@@ -149,6 +160,31 @@ pub struct DeviceInfo {
     pub pci_address: Option<String>,
     pub memory_bytes: u64,
     pub multiprocessors: u32,
+}
+
+/// Times `product` (an `n`×`n`×`n` matmul) `repeats` times after two warm-ups and turns
+/// the median into TFLOP/s.
+pub fn median_tflops<D: GpuDriver + ?Sized>(
+    driver: &D,
+    product: &mut dyn FnMut() -> Result<(), DriverError>,
+    n: usize,
+    repeats: usize,
+) -> Result<f64, DriverError> {
+    for _ in 0..2 {
+        product()?;
+    }
+    let mut times = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        times.push(driver.time_ms(product)?);
+    }
+    times.sort_by(f64::total_cmp);
+    let median_ms = times[times.len() / 2];
+    if median_ms <= 0.0 {
+        return Err(DriverError::InvalidArgument(format!(
+            "timer reported {median_ms} ms for a {n}³ matmul"
+        )));
+    }
+    Ok(2.0 * (n as f64).powi(3) / (median_ms * 1e-3) / 1e12)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -205,6 +241,15 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
     /// f32 GEMM through the vendor BLAS.
     fn gemm(&self, gemm: &Gemm) -> Result<(), DriverError>;
     fn synchronize(&self) -> Result<(), DriverError>;
+
+    /// Matmul throughput on `n`×`n` matrices of generated data, in TFLOP/s: the median of
+    /// `repeats` timed products after two warm-ups.
+    fn matmul_tflops(
+        &self,
+        precision: MatmulPrecision,
+        n: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError>;
 
     /// Milliseconds of device time that `work` enqueues, measured with device events.
     fn time_ms(

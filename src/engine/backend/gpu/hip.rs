@@ -13,7 +13,8 @@ use rocmrc::rocblas::sys as blas;
 
 use super::cache::{CacheKey, KernelCache};
 use super::driver::{
-    DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, Transpose,
+    median_tflops, DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape,
+    MatmulPrecision, Transpose,
 };
 use super::source::{self, Dialect, KERNEL_NAMES};
 
@@ -58,6 +59,7 @@ const ROCBLAS_SYMBOLS: &[&str] = &[
     "rocblas_destroy_handle",
     "rocblas_set_stream",
     "rocblas_sgemm",
+    "rocblas_gemm_ex",
 ];
 
 struct Handles {
@@ -434,6 +436,91 @@ impl GpuDriver for HipDriver {
     fn synchronize(&self) -> Result<(), DriverError> {
         self.bind()?;
         hip::stream::synchronize(self.handles.stream).map_err(|e| call("hipStreamSynchronize", e))
+    }
+
+    fn matmul_tflops(
+        &self,
+        precision: MatmulPrecision,
+        n: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError> {
+        let half = precision == MatmulPrecision::F16;
+        self.bind()?;
+        let elem = if half { 2 } else { 4 };
+        let a = self.alloc(n * n * elem)?;
+        let b = self.alloc(n * n * elem)?;
+        let c = self.alloc(n * n * 4)?;
+        let result = (|| {
+            for (buf, seed) in [(a, 1), (b, 2)] {
+                let kernel = if half {
+                    "fill_pattern_f16"
+                } else {
+                    "fill_pattern_f32"
+                };
+                self.launch(
+                    kernel,
+                    super::launch::elementwise(n * n),
+                    &[
+                        KernelArg::Ptr(buf),
+                        KernelArg::I64((n * n) as i64),
+                        KernelArg::I32(seed),
+                    ],
+                )?;
+            }
+            let dtype = if half {
+                blas::rocblas_datatype::rocblas_datatype_f16_r
+            } else {
+                blas::rocblas_datatype::rocblas_datatype_f32_r
+            };
+            let f32_type = blas::rocblas_datatype::rocblas_datatype_f32_r;
+            let mut product = || -> Result<(), DriverError> {
+                let (alpha, beta) = (1.0f32, 0.0f32);
+                let none = blas::rocblas_operation::rocblas_operation_none;
+                let _guard = self
+                    .gemm_lock
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                // SAFETY: every pointer is a live allocation of the sizes the call implies.
+                let status = unsafe {
+                    blas::rocblas_gemm_ex(
+                        self.handles.blas,
+                        none,
+                        none,
+                        n as i32,
+                        n as i32,
+                        n as i32,
+                        (&alpha as *const f32).cast(),
+                        a.0 as *const c_void,
+                        dtype,
+                        n as i32,
+                        b.0 as *const c_void,
+                        dtype,
+                        n as i32,
+                        (&beta as *const f32).cast(),
+                        c.0 as *const c_void,
+                        f32_type,
+                        n as i32,
+                        c.0 as *mut c_void,
+                        f32_type,
+                        n as i32,
+                        f32_type,
+                        blas::rocblas_gemm_algo::rocblas_gemm_algo_standard,
+                        0,
+                        0,
+                    )
+                };
+                blas_check("rocblas_gemm_ex", status)
+            };
+            median_tflops(self, &mut product, n, repeats)
+        })();
+        let _ = self.synchronize();
+        // SAFETY: the stream drained above; the blocks are ours.
+        unsafe {
+            self.free(a);
+            self.free(b);
+            self.free(c);
+        }
+        result
     }
 
     fn time_ms(

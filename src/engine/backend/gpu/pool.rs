@@ -193,6 +193,14 @@ mod tests {
         fn synchronize(&self) -> Result<(), DriverError> {
             Ok(())
         }
+        fn matmul_tflops(
+            &self,
+            _: crate::engine::backend::gpu::driver::MatmulPrecision,
+            _: usize,
+            _: usize,
+        ) -> Result<f64, DriverError> {
+            Ok(0.0)
+        }
         fn time_ms(
             &self,
             work: &mut dyn FnMut() -> Result<(), DriverError>,
