@@ -524,8 +524,12 @@ pub fn check_training_step<T: Backend, R: Backend>(
     m_r.backward(reference, &d_r)?;
     let params_t = m_t.parameters();
     let params_r = m_r.parameters();
-    // Gradients of the whole network, one comparison per parameter kind of layer, keeping
-    // the worst; early layers sit behind the longest chain of rounding.
+    // All gradients as one vector: f32 rounding in a different order moves each by about
+    // the same relative amount, so this is the figure that exposes a wrong op.
+    let (mut all_t, mut all_r) = (Vec::new(), Vec::new());
+    // The worst single parameter, with a looser bound: batch norm at a tiny batch amplifies
+    // rounding in the gradients of its scale and shift (two CPU backends that only tile
+    // their convolutions differently disagree by about 1.5e-2 on ResNet-50 here).
     let mut worst: Option<OpComparison> = None;
     for (pt, pr) in params_t.iter().zip(&params_r) {
         let mut got = vec![0.0; test.buffer_len(pt.param.grad)];
@@ -537,15 +541,22 @@ pub fn check_training_step<T: Backend, R: Backend>(
             &format!("grad {}", pt.name),
             &got,
             &want,
-            tolerance,
+            tolerance * SINGLE_PARAMETER_SLACK,
         );
         if worst.as_ref().is_none_or(|w| c.relative > w.relative) {
             worst = Some(c);
         }
+        all_t.extend(got);
+        all_r.extend(want);
     }
+    results.push(compare("training step", "all gradients", &all_t, &all_r, tolerance));
     results.extend(worst);
     Ok(results)
 }
+
+/// How much looser the bound on the worst single parameter's gradient is than the bound
+/// on all gradients together.
+pub const SINGLE_PARAMETER_SLACK: f64 = 50.0;
 
 #[cfg(test)]
 mod tests {
@@ -594,7 +605,8 @@ mod tests {
         let plain = CpuBackend::new();
         let results =
             check_training_step(&tiled, &plain, ModelChoice::ResNet20, 2, 16, 10, 1e-3).unwrap();
-        assert_eq!(results.len(), 3);
+        assert_eq!(results.len(), 4);
+        assert_eq!(results[2].output, "all gradients");
         for r in &results {
             assert!(r.passed, "{r:?}");
         }
