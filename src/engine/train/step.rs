@@ -65,6 +65,7 @@ impl StepResult {
 }
 
 /// How a training step ended.
+#[derive(Debug)]
 pub enum StepOutcome {
     /// The weights were updated.
     Updated(StepResult),
@@ -91,6 +92,7 @@ fn loss_and_correct<B: Backend>(
 }
 
 /// How the forward and backward half of a training step ended.
+#[derive(Debug)]
 pub enum GradientOutcome {
     /// The batch's gradients are in the model's parameters.
     Computed(StepResult),
