@@ -495,6 +495,35 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_entering_twice_at_once_is_an_error() {
+        let ring = HostRing::with_timeout(2, Duration::from_secs(2)).unwrap();
+        let results = on_ranks(2, |thread, b| {
+            // Both threads claim rank 0; the second arrives while the first waits for
+            // rank 1, which never comes.
+            std::thread::sleep(Duration::from_millis(200 * thread as u64));
+            let mut bufs = vec![b.upload(&[1.0; 4]).unwrap()];
+            reduce(&ring, 0, b, &mut bufs)
+        });
+        let first = results[0].as_ref().unwrap().as_ref().unwrap_err();
+        assert!(
+            matches!(
+                first,
+                ParallelError::Timeout {
+                    rank: 0,
+                    peer: 1,
+                    ..
+                }
+            ),
+            "{first}"
+        );
+        let second = results[1].as_ref().unwrap().as_ref().unwrap_err();
+        assert!(
+            matches!(second, ParallelError::Reentered { rank: 0 }),
+            "{second}"
+        );
+    }
+
+    #[test]
     fn bad_ranks_are_errors() {
         assert!(HostRing::new(0).is_err());
         let ring = HostRing::new(2).unwrap();
