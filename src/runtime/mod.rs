@@ -7,7 +7,7 @@
 //! symbol they cannot resolve.
 
 mod cuda;
-mod guard;
+pub(crate) mod guard;
 mod hip;
 mod nvml;
 mod pci;
