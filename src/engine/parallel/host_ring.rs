@@ -202,6 +202,8 @@ impl HostRing {
             }
         }
 
+        // Copied into the caller's buffers rather than replacing them, so each gradient
+        // keeps the allocation its layer made.
         let mut offset = 0;
         for (buf, &len) in buffers.iter_mut().zip(&lens) {
             let summed = backend.upload(&port.staging[offset..offset + len])?;
