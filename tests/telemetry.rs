@@ -564,7 +564,12 @@ fn an_unwritable_csv_is_a_finding_not_a_failure() {
 // --- `tinyperf run` -------------------------------------------------------------------
 
 fn run_inventory(root: &Path, state: &Path) -> (PathBuf, Value) {
+    run_inventory_with(root, state, &[])
+}
+
+fn run_inventory_with(root: &Path, state: &Path, env: &[(&str, &str)]) -> (PathBuf, Value) {
     let out = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+        .envs(env.iter().copied())
         .args(["run", "--suite", "inventory", "--events", "jsonl"])
         .arg("--state-dir")
         .arg(state)
@@ -682,4 +687,88 @@ fn a_bad_telemetry_interval_is_a_usage_error() {
     // Refused before anything was recorded.
     let runs = state.path().join("runs");
     assert!(!runs.exists() || fs::read_dir(&runs).unwrap().next().is_none());
+}
+
+/// Compiles the fake NVML from tests/fixtures into `dir`, under the names the
+/// bindings look for (the unversioned one first, so it wins over a real driver's).
+fn build_fake_libnvidia_ml(dir: &Path) {
+    let source = fixture("fake-libnvidia-ml/fake_libnvidia_ml.c");
+    let target = dir.join("libnvidia-ml.so.1");
+    let output = Command::new("gcc")
+        .args(["-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
+        .arg(&target)
+        .arg(&source)
+        .output()
+        .expect("gcc runs (apt-get install gcc)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::os::unix::fs::symlink(&target, dir.join("libnvidia-ml.so")).unwrap();
+}
+
+#[test]
+fn a_run_with_fake_libnvidia_ml_records_nvml_power_and_names_hot_and_throttled_gpus() {
+    let libs = tempfile::tempdir().unwrap();
+    build_fake_libnvidia_ml(libs.path());
+    let empty_root = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let lib_path = libs.path().to_str().unwrap();
+    let (dir, record) = run_inventory_with(
+        empty_root.path(),
+        state.path(),
+        &[
+            ("LD_LIBRARY_PATH", lib_path),
+            ("ROCM_PATH", empty_root.path().to_str().unwrap()),
+            ("FAKE_NVML_DEVICES", "2"),
+            ("FAKE_NVML_HOT", "0"),
+            ("FAKE_NVML_THROTTLED", "1"),
+        ],
+    );
+    let rows = csv::parse(&fs::read_to_string(dir.join("telemetry.csv")).unwrap()).unwrap();
+    let gpu1 = rows
+        .iter()
+        .find(|r| r.device == "gpu1")
+        .unwrap_or_else(|| panic!("{rows:?} {record:#}"));
+    assert_eq!(gpu1.address.as_deref(), Some("0000:0b:00.0"));
+    assert_eq!(gpu1.power_w, Some(351.0));
+    assert_eq!(gpu1.temp_c, Some(61.0));
+    assert_eq!(gpu1.temp_limit_c, Some(90.0));
+    assert_eq!(gpu1.sm_clock_mhz, Some(2520.0));
+    assert_eq!(gpu1.mem_clock_mhz, Some(10501.0));
+    assert_eq!(gpu1.util_percent, Some(98.0));
+    assert_eq!(
+        gpu1.throttling,
+        Some(vec![ThrottleReason::SwPowerCap, ThrottleReason::HwThermal])
+    );
+    let gpu0 = rows.iter().find(|r| r.device == "gpu0").unwrap();
+    assert_eq!(gpu0.throttling, Some(vec![]));
+    assert_eq!(gpu0.temp_c, Some(93.0));
+
+    let stage = &record["stages"][0];
+    assert!(
+        (metric(stage, "mean_power_w").unwrap() - 701.0).abs() < 1e-6,
+        "{stage:#}"
+    );
+    assert!(record["summary"]["energy_j"].as_f64().unwrap() > 0.0);
+    let findings: Vec<&str> = stage["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        findings.iter().any(|f| f.starts_with(
+            "GPU 0000:0a:00.0: gpu temperature reached 93 °C, at or above its limit of 90 °C"
+        )),
+        "{findings:#?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.starts_with("GPU 0000:0b:00.0: throttled by sw_power_cap, hw_thermal")),
+        "{findings:#?}"
+    );
+    assert!(!findings.contains(&NO_POWER_SOURCE), "{findings:#?}");
 }
