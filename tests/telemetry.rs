@@ -772,3 +772,105 @@ fn a_run_with_fake_libnvidia_ml_records_nvml_power_and_names_hot_and_throttled_g
     );
     assert!(!findings.contains(&NO_POWER_SOURCE), "{findings:#?}");
 }
+
+/// A worker process that is killed and reaped however the test ends.
+struct Worker(std::process::Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a recorded acceptance run on the red box whose GEMM stage lasts long enough
+/// to be interrupted, and waits until that stage's rows are in its telemetry.csv.
+fn start_long_run(state: &Path) -> (Worker, PathBuf) {
+    let worker = Worker(
+        Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+            .args(["run", "acceptance", "--events", "jsonl"])
+            .args(["-o", "gemm_seconds=60", "-o", "gemm_size=128"])
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--root")
+            .arg(fixture("tinybox-red"))
+            .args(["--telemetry-interval", "0.05"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let csv_path = fs::read_dir(state.join("runs"))
+            .ok()
+            .and_then(|mut runs| runs.next())
+            .map(|run| run.unwrap().path().join("telemetry.csv"));
+        if let Some(path) = csv_path {
+            let text = fs::read_to_string(&path).unwrap_or_default();
+            if text.matches(",cpu-gemm,").count() >= 14 {
+                return (worker, path);
+            }
+        }
+        assert!(Instant::now() < deadline, "no cpu-gemm telemetry in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn wait_with_limit(worker: &mut Worker, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = worker.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the run did not end within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_cancelled_run_stops_sampling_and_records_the_energy_it_measured() {
+    let state = tempfile::tempdir().unwrap();
+    let (mut worker, csv_path) = start_long_run(state.path());
+    let sent = Command::new("kill")
+        .args(["-TERM", &worker.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = wait_with_limit(&mut worker, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1));
+    let rows = csv::parse(&fs::read_to_string(&csv_path).unwrap()).unwrap();
+    assert!(rows.iter().any(|r| r.stage == "cpu-gemm"));
+    // The sampler ended with the run: nothing more is written.
+    let length = fs::metadata(&csv_path).unwrap().len();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(fs::metadata(&csv_path).unwrap().len(), length);
+    let record: Value =
+        serde_json::from_slice(&fs::read(csv_path.with_file_name("run.json")).unwrap()).unwrap();
+    assert_eq!(record["state"], "cancelled");
+    let gemm = record["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "cpu-gemm")
+        .unwrap();
+    assert!(metric(gemm, "energy_j").unwrap() > 0.0, "{gemm:#}");
+    assert!((metric(gemm, "mean_power_w").unwrap() - 360.0).abs() < 1e-6);
+}
+
+#[test]
+fn a_killed_worker_leaves_a_readable_telemetry_prefix() {
+    let state = tempfile::tempdir().unwrap();
+    let (mut worker, csv_path) = start_long_run(state.path());
+    worker.0.kill().unwrap();
+    worker.0.wait().unwrap();
+    let text = fs::read_to_string(&csv_path).unwrap();
+    let rows = csv::parse(&text).unwrap();
+    assert!(rows.len() >= 14, "{text}");
+    assert!(rows
+        .iter()
+        .all(|r| r.device == "cpu" || r.power_w.is_some()));
+}
