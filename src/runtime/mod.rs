@@ -8,7 +8,7 @@
 //! symbol they cannot resolve.
 
 mod cuda;
-mod guard;
+pub(crate) mod guard;
 mod hip;
 mod nvml;
 mod pci;

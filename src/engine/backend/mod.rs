@@ -12,6 +12,7 @@
 //!   marks a padded sample that contributes neither loss, gradient nor accuracy.
 
 pub mod cpu;
+pub mod gpu;
 mod params;
 
 pub use params::{
