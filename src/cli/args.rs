@@ -205,9 +205,23 @@ pub struct RunArgs {
     /// Judge the box as this SKU instead of recognising it.
     #[arg(long)]
     pub sku: Option<String>,
+    /// Seconds between telemetry samples (power, temperatures, clocks) while a stage runs.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub telemetry_interval: f64,
 }
 
 impl RunArgs {
+    /// The telemetry interval, between 10 ms and one minute.
+    pub fn telemetry_interval(&self) -> Result<std::time::Duration, crate::cli::UsageError> {
+        let seconds = self.telemetry_interval;
+        if !(0.01..=60.0).contains(&seconds) {
+            return Err(crate::cli::UsageError(format!(
+                "--telemetry-interval must be between 0.01 and 60 seconds, not {seconds}"
+            )));
+        }
+        Ok(std::time::Duration::from_secs_f64(seconds))
+    }
+
     /// The suite named positionally or by `--suite`, `acceptance` by default.
     pub fn suite_name(&self) -> Result<String, String> {
         match (&self.suite, &self.suite_flag) {

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{Map, Value};
@@ -12,9 +13,10 @@ use super::event::WorkerEvent;
 use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
 use super::{cpu_gemm, inventory_stage, mlperf_resnet, options, smoke, train_throughput};
-use crate::agent::store::{new_run_id, Store};
+use crate::agent::store::{new_run_id, Artifact, Store};
 use crate::cli::args::{EventFormat, RunArgs};
 use crate::cli::UsageError;
+use crate::runtime::telemetry::{RecorderConfig, Sources, TelemetryRecorder};
 
 /// One step of a suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +102,15 @@ pub fn execute(
     });
     let total = stages.len().max(1);
     let mut verdicts = Vec::new();
+    let telemetry = TelemetryRecorder::start(RecorderConfig {
+        root: run_options.root.clone(),
+        csv_path: run_options
+            .run_dir
+            .as_ref()
+            .map(|dir| dir.join(Artifact::Telemetry.file_name())),
+        interval: run_options.telemetry_interval,
+        sources: Sources::All,
+    });
     // Later stages judge the box by the inventory an earlier stage took.
     let mut hardware: Option<serde_json::Value> = None;
     for (index, stage) in stages.iter().enumerate() {
@@ -133,14 +144,17 @@ pub fn execute(
             ),
             stage_name: stage.name(),
         };
-        let result = stage.run(&mut ctx);
+        telemetry.begin_stage(stage.name());
+        let mut result = stage.run(&mut ctx);
         drop(ctx);
+        telemetry.end_stage().apply_to(&mut result);
         if let Some(h) = seen_hardware {
             hardware = Some(h);
         }
         verdicts.push(result.verdict);
         emit(WorkerEvent::StageFinished { result });
     }
+    drop(telemetry);
     let (state, message) = if cancel.load(Ordering::Relaxed) {
         (RunState::Cancelled, Some("cancelled".to_string()))
     } else {
@@ -165,6 +179,8 @@ pub struct RunOptions {
     /// The run's folder, when it is recorded.
     pub run_dir: Option<PathBuf>,
     pub cache_dir: PathBuf,
+    /// How often telemetry is sampled while a stage runs.
+    pub telemetry_interval: Duration,
 }
 
 impl RunOptions {
@@ -176,6 +192,7 @@ impl RunOptions {
             options,
             run_dir: None,
             cache_dir: default_cache_dir(None, None),
+            telemetry_interval: crate::runtime::telemetry::DEFAULT_INTERVAL,
         }
     }
 }
@@ -231,6 +248,7 @@ fn collect_options(args: &RunArgs) -> Result<Map<String, Value>, UsageError> {
 /// The `tinyperf run` command. Exit status 0 when the run passed, 1 otherwise.
 pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     let options = collect_options(args)?;
+    let telemetry_interval = args.telemetry_interval()?;
     let suite = args.suite_name().map_err(UsageError)?;
     super::validate(&suite, &options).map_err(UsageError)?;
     let stages = plan(&suite).ok_or_else(|| UsageError(format!("suite {suite} has no plan")))?;
@@ -256,6 +274,7 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         options,
         cache_dir: default_cache_dir(args.state_dir.as_deref(), run_dir.as_deref()),
         run_dir,
+        telemetry_interval,
     };
     let mut out = std::io::stdout().lock();
     let mut sink_error: Option<std::io::Error> = None;
