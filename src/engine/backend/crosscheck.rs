@@ -549,7 +549,13 @@ pub fn check_training_step<T: Backend, R: Backend>(
         all_t.extend(got);
         all_r.extend(want);
     }
-    results.push(compare("training step", "all gradients", &all_t, &all_r, tolerance));
+    results.push(compare(
+        "training step",
+        "all gradients",
+        &all_t,
+        &all_r,
+        tolerance,
+    ));
     results.extend(worst);
     Ok(results)
 }

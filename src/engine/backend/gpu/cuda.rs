@@ -378,6 +378,14 @@ impl GpuDriver for CudaDriver {
         &self.info
     }
 
+    fn native_stream(&self) -> *mut c_void {
+        self.handles.stream.cast()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn runtime(&self) -> &'static str {
         "cuda"
     }

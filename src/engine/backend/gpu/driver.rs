@@ -215,6 +215,11 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
     fn info(&self) -> &DeviceInfo;
     /// `cuda` or `hip`.
     fn runtime(&self) -> &'static str;
+    /// The runtime's own handle of the driver's stream (`CUstream`, `hipStream_t`), for
+    /// libraries that enqueue on it (NCCL, RCCL); null for a driver without one.
+    fn native_stream(&self) -> *mut std::ffi::c_void;
+    /// For operations between two devices of one runtime (peer copies).
+    fn as_any(&self) -> &dyn std::any::Any;
 
     fn alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError>;
     /// # Safety

@@ -159,6 +159,12 @@ mod tests {
         fn runtime(&self) -> &'static str {
             "fake"
         }
+        fn native_stream(&self) -> *mut std::ffi::c_void {
+            std::ptr::null_mut()
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
         fn alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError> {
             if self.live.load(Ordering::SeqCst) + bytes > self.capacity {
                 return Err(DriverError::OutOfMemory { bytes });
