@@ -181,6 +181,10 @@ pub struct RunArgs {
     /// Train on this dataset folder in ImageNet layout (the `dataset` option).
     #[arg(long, value_name = "DIR")]
     pub dataset: Option<PathBuf>,
+    /// Compute backend: `auto` (the best found), `cpu`, `cuda` or `hip` (the `backend`
+    /// option). A GPU backend the machine cannot run stops the run with the reason.
+    #[arg(long, value_name = "BACKEND")]
+    pub backend: Option<String>,
     /// Stop training at this top-1 accuracy (the `target_accuracy` option).
     #[arg(long, value_name = "FRACTION")]
     pub target_accuracy: Option<f64>,

@@ -12,7 +12,10 @@ use serde_json::{Map, Value};
 use super::event::WorkerEvent;
 use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
-use super::{cpu_gemm, inventory_stage, mlperf_resnet, options, smoke, train_throughput};
+use super::{
+    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, inventory_stage, mlperf_resnet,
+    options, smoke, train_throughput,
+};
 use crate::agent::store::{new_run_id, Artifact, Store};
 use crate::cli::args::{EventFormat, RunArgs};
 use crate::cli::UsageError;
@@ -23,6 +26,10 @@ use crate::runtime::telemetry::{RecorderConfig, Sources, TelemetryRecorder};
 pub enum StageKind {
     Inventory,
     CpuGemm,
+    GpuGemm,
+    GpuBandwidth,
+    GpuP2p,
+    GpuAllReduce,
     TrainThroughput,
     Smoke,
     MlperfResnet,
@@ -33,6 +40,10 @@ impl StageKind {
         match self {
             StageKind::Inventory => inventory_stage::NAME,
             StageKind::CpuGemm => cpu_gemm::NAME,
+            StageKind::GpuGemm => gpu_gemm::NAME,
+            StageKind::GpuBandwidth => gpu_bandwidth::NAME,
+            StageKind::GpuP2p => gpu_p2p::NAME,
+            StageKind::GpuAllReduce => gpu_allreduce::NAME,
             StageKind::TrainThroughput => train_throughput::NAME,
             StageKind::Smoke => smoke::NAME,
             StageKind::MlperfResnet => mlperf_resnet::NAME,
@@ -43,6 +54,10 @@ impl StageKind {
         match self {
             StageKind::Inventory => inventory_stage::run(ctx),
             StageKind::CpuGemm => cpu_gemm::run(ctx),
+            StageKind::GpuGemm => gpu_gemm::run(ctx),
+            StageKind::GpuBandwidth => gpu_bandwidth::run(ctx),
+            StageKind::GpuP2p => gpu_p2p::run(ctx),
+            StageKind::GpuAllReduce => gpu_allreduce::run(ctx),
             StageKind::TrainThroughput => train_throughput::run(ctx),
             StageKind::Smoke => smoke::run(ctx),
             StageKind::MlperfResnet => mlperf_resnet::run(ctx),
@@ -57,6 +72,10 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
         "acceptance" => Some(vec![
             StageKind::Inventory,
             StageKind::CpuGemm,
+            StageKind::GpuGemm,
+            StageKind::GpuBandwidth,
+            StageKind::GpuP2p,
+            StageKind::GpuAllReduce,
             StageKind::TrainThroughput,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
@@ -242,7 +261,23 @@ fn collect_options(args: &RunArgs) -> Result<Map<String, Value>, UsageError> {
     if let Some(target) = args.target_accuracy {
         map.insert("target_accuracy".into(), target.into());
     }
+    if let Some(backend) = &args.backend {
+        map.insert(options::BACKEND.key.into(), Value::String(backend.clone()));
+    }
     Ok(map)
+}
+
+/// A run that names a GPU backend needs a device of it: without one it stops here,
+/// before anything is recorded, with the reason (a library or device missing).
+fn require_backend(options: &Map<String, Value>) -> anyhow::Result<()> {
+    use crate::engine::backend::select::{self, BackendKind};
+    let kind = super::gpu_devices::backend_kind(options);
+    if matches!(kind, BackendKind::Cuda | BackendKind::Hip) {
+        if let Err(e) = select::resolve(kind) {
+            anyhow::bail!("backend {kind} cannot be used: {e}");
+        }
+    }
+    Ok(())
 }
 
 /// The `tinyperf run` command. Exit status 0 when the run passed, 1 otherwise.
@@ -252,6 +287,7 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     let suite = args.suite_name().map_err(UsageError)?;
     super::validate(&suite, &options).map_err(UsageError)?;
     let stages = plan(&suite).ok_or_else(|| UsageError(format!("suite {suite} has no plan")))?;
+    require_backend(&options)?;
     if let Some(dir) = &args.run_dir {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create run directory {}", dir.display()))?;
@@ -328,7 +364,15 @@ mod tests {
         assert_eq!(names("inventory"), ["inventory"]);
         assert_eq!(
             names("acceptance"),
-            ["inventory", "cpu-gemm", "train-throughput"]
+            [
+                "inventory",
+                "cpu-gemm",
+                "gpu-gemm",
+                "gpu-bandwidth",
+                "gpu-p2p",
+                "gpu-allreduce",
+                "train-throughput"
+            ]
         );
         assert_eq!(names("smoke"), ["smoke"]);
         assert_eq!(names("mlperf-resnet"), ["mlperf-resnet"]);

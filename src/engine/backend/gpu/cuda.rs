@@ -13,7 +13,7 @@ use cudarc::driver::sys;
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::cache::{CacheKey, KernelCache};
-use super::driver::median_tflops;
+use super::driver::{median_gbps, median_tflops, peer_check_pattern};
 use super::driver::{
     DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, MatmulPrecision,
     Transpose,
@@ -48,6 +48,11 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuEventSynchronize",
     "cuEventElapsedTime",
     "cuEventDestroy_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemcpyPeerAsync",
+    "cuDeviceCanAccessPeer",
+    "cuCtxEnablePeerAccess",
     "cuGetErrorString",
     "cuGetErrorName",
 ];
@@ -522,6 +527,106 @@ impl GpuDriver for CudaDriver {
         // SAFETY: the stream lives as long as the driver.
         unsafe { cu::stream::synchronize(self.handles.stream) }
             .map_err(|e| call("cuStreamSynchronize", e))
+    }
+
+    fn host_copy_gbps(
+        &self,
+        to_device: bool,
+        bytes: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError> {
+        self.bind()?;
+        // SAFETY: pinned host memory of `bytes`, freed below; its contents are never read
+        // as anything but bytes.
+        let host = unsafe { cu::malloc_host(bytes, 0) }.map_err(|e| call("cuMemHostAlloc", e))?;
+        let result = (|| {
+            let device = self.alloc(bytes)?;
+            let stream = self.handles.stream;
+            let mut copy = || -> Result<(), DriverError> {
+                // SAFETY: both ranges hold `bytes`; the timing waits for the copy.
+                unsafe {
+                    let host_slice = std::slice::from_raw_parts_mut(host.cast::<u8>(), bytes);
+                    if to_device {
+                        cu::memcpy_htod_async(device.0, host_slice, stream)
+                    } else {
+                        cu::memcpy_dtoh_async(host_slice, device.0, stream)
+                    }
+                }
+                .map_err(|e| call("cuMemcpyAsync", e))
+            };
+            let gbps = median_gbps(self, &mut copy, bytes, repeats);
+            let _ = self.synchronize();
+            // SAFETY: the stream has drained.
+            unsafe { self.free(device) };
+            gbps
+        })();
+        // SAFETY: allocated above; no copy is in flight after the synchronisation.
+        let _ = unsafe { cu::free_host(host) };
+        result
+    }
+
+    fn peer_copy_gbps(
+        &self,
+        peer: &dyn GpuDriver,
+        bytes: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError> {
+        let peer = peer
+            .as_any()
+            .downcast_ref::<CudaDriver>()
+            .ok_or_else(|| DriverError::InvalidArgument("peer is not a CUDA device".into()))?;
+        self.bind()?;
+        let mut can = 0;
+        // SAFETY: writes one int; both devices came from cuDeviceGet.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, self.device, peer.device) };
+        if can == 1 {
+            // SAFETY: both contexts are retained; "already enabled" is not a failure.
+            unsafe { sys::cuCtxEnablePeerAccess(peer.handles.ctx, 0) };
+        }
+        let words = bytes / 4;
+        let src = self.alloc(words * 4)?;
+        let dst = peer.alloc(words * 4)?;
+        let result = (|| {
+            let pattern = peer_check_pattern(words);
+            // SAFETY: u32 has no padding.
+            let pattern_bytes =
+                unsafe { std::slice::from_raw_parts(pattern.as_ptr().cast::<u8>(), words * 4) };
+            self.copy_to_device(src, pattern_bytes)?;
+            let stream = self.handles.stream;
+            let mut copy = || -> Result<(), DriverError> {
+                // SAFETY: both ranges hold `words * 4` bytes in their own contexts.
+                unsafe {
+                    cu::memcpy_peer_async(
+                        peer.handles.ctx,
+                        dst.0,
+                        self.handles.ctx,
+                        src.0,
+                        words * 4,
+                        stream,
+                    )
+                }
+                .map_err(|e| call("cuMemcpyPeerAsync", e))
+            };
+            let gbps = median_gbps(self, &mut copy, words * 4, repeats)?;
+            self.synchronize()?;
+            let mut back = vec![0u8; words * 4];
+            peer.copy_to_host(&mut back, dst)?;
+            if back != pattern_bytes {
+                return Err(DriverError::CorruptCopy {
+                    from: format!("cuda:{}", self.info.ordinal),
+                    to: format!("cuda:{}", peer.info.ordinal),
+                });
+            }
+            Ok(gbps)
+        })();
+        let _ = self.synchronize();
+        let _ = peer.synchronize();
+        // SAFETY: both streams have drained.
+        unsafe {
+            self.free(src);
+            peer.free(dst);
+        }
+        result
     }
 
     fn matmul_tflops(

@@ -187,6 +187,35 @@ pub fn median_tflops<D: GpuDriver + ?Sized>(
     Ok(2.0 * (n as f64).powi(3) / (median_ms * 1e-3) / 1e12)
 }
 
+/// The median of `repeats` timings of `copy` (after one warm-up) as GB/s for `bytes`.
+pub fn median_gbps<D: GpuDriver + ?Sized>(
+    driver: &D,
+    copy: &mut dyn FnMut() -> Result<(), DriverError>,
+    bytes: usize,
+    repeats: usize,
+) -> Result<f64, DriverError> {
+    copy()?;
+    let mut times = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        times.push(driver.time_ms(copy)?);
+    }
+    times.sort_by(f64::total_cmp);
+    let median_ms = times[times.len() / 2];
+    if median_ms <= 0.0 {
+        return Err(DriverError::InvalidArgument(format!(
+            "timer reported {median_ms} ms for a copy of {bytes} bytes"
+        )));
+    }
+    Ok(bytes as f64 / (median_ms * 1e-3) / 1e9)
+}
+
+/// The pattern a peer-copy check writes and expects back: a word per index.
+pub fn peer_check_pattern(words: usize) -> Vec<u32> {
+    (0..words as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5a5a_5a5a)
+        .collect()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DriverError {
     #[error("{0}")]
@@ -207,6 +236,8 @@ pub enum DriverError {
     OutOfMemory { bytes: usize },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    #[error("data copied from {from} to {to} came back wrong")]
+    CorruptCopy { from: String, to: String },
 }
 
 /// A vendor runtime bound to one device and one in-order stream. Every call is enqueued on
@@ -253,6 +284,24 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
         &self,
         precision: MatmulPrecision,
         n: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError>;
+
+    /// Host↔device copy bandwidth with pinned host memory, GB/s (10⁹ bytes): the median
+    /// of `repeats` copies of `bytes` after one warm-up.
+    fn host_copy_gbps(
+        &self,
+        to_device: bool,
+        bytes: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError>;
+
+    /// Copy bandwidth from this device to `peer` (a device of the same runtime), GB/s,
+    /// with peer access enabled where the devices allow it. The copied data is checked.
+    fn peer_copy_gbps(
+        &self,
+        peer: &dyn GpuDriver,
+        bytes: usize,
         repeats: usize,
     ) -> Result<f64, DriverError>;
 

@@ -13,8 +13,8 @@ use rocmrc::rocblas::sys as blas;
 
 use super::cache::{CacheKey, KernelCache};
 use super::driver::{
-    median_tflops, DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape,
-    MatmulPrecision, Transpose,
+    median_gbps, median_tflops, peer_check_pattern, DeviceInfo, DevicePtr, DriverError, Gemm,
+    GpuDriver, KernelArg, LaunchShape, MatmulPrecision, Transpose,
 };
 use super::source::{self, Dialect, KERNEL_NAMES};
 
@@ -42,6 +42,11 @@ const HIP_SYMBOLS: &[&str] = &[
     "hipEventSynchronize",
     "hipEventElapsedTime",
     "hipEventDestroy",
+    "hipHostMalloc",
+    "hipHostFree",
+    "hipMemcpyPeerAsync",
+    "hipDeviceCanAccessPeer",
+    "hipDeviceEnablePeerAccess",
 ];
 
 const HIPRTC_SYMBOLS: &[&str] = &[
@@ -444,6 +449,92 @@ impl GpuDriver for HipDriver {
     fn synchronize(&self) -> Result<(), DriverError> {
         self.bind()?;
         hip::stream::synchronize(self.handles.stream).map_err(|e| call("hipStreamSynchronize", e))
+    }
+
+    fn host_copy_gbps(
+        &self,
+        to_device: bool,
+        bytes: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError> {
+        self.bind()?;
+        let host = hip::malloc_host(bytes, 0).map_err(|e| call("hipHostMalloc", e))?;
+        let result = (|| {
+            let device = self.alloc(bytes)?;
+            let stream = self.handles.stream;
+            let mut copy = || -> Result<(), DriverError> {
+                // SAFETY: both ranges hold `bytes`; the timing waits for the copy.
+                unsafe {
+                    let host_slice = std::slice::from_raw_parts_mut(host.cast::<u8>(), bytes);
+                    if to_device {
+                        hip::memcpy_htod_async(device.0, host_slice, stream)
+                    } else {
+                        hip::memcpy_dtoh_async(host_slice, device.0, stream)
+                    }
+                }
+                .map_err(|e| call("hipMemcpyAsync", e))
+            };
+            let gbps = median_gbps(self, &mut copy, bytes, repeats);
+            let _ = self.synchronize();
+            // SAFETY: the stream has drained.
+            unsafe { self.free(device) };
+            gbps
+        })();
+        let _ = hip::free_host(host);
+        result
+    }
+
+    fn peer_copy_gbps(
+        &self,
+        peer: &dyn GpuDriver,
+        bytes: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError> {
+        let peer = peer
+            .as_any()
+            .downcast_ref::<HipDriver>()
+            .ok_or_else(|| DriverError::InvalidArgument("peer is not a HIP device".into()))?;
+        self.bind()?;
+        let (me, other) = (self.info.ordinal as i32, peer.info.ordinal as i32);
+        if hip::device::can_access_peer(me, other).unwrap_or(false) {
+            // "Already enabled" is not a failure.
+            let _ = hip::device::enable_peer_access(other, 0);
+        }
+        let words = bytes / 4;
+        let src = self.alloc(words * 4)?;
+        let dst = peer.alloc(words * 4)?;
+        let result = (|| {
+            let pattern = peer_check_pattern(words);
+            // SAFETY: u32 has no padding.
+            let pattern_bytes =
+                unsafe { std::slice::from_raw_parts(pattern.as_ptr().cast::<u8>(), words * 4) };
+            self.copy_to_device(src, pattern_bytes)?;
+            let stream = self.handles.stream;
+            let mut copy = || -> Result<(), DriverError> {
+                // SAFETY: both ranges hold `words * 4` bytes on their devices.
+                unsafe { hip::memcpy_peer_async(dst.0, other, src.0, me, words * 4, stream) }
+                    .map_err(|e| call("hipMemcpyPeerAsync", e))
+            };
+            let gbps = median_gbps(self, &mut copy, words * 4, repeats)?;
+            self.synchronize()?;
+            let mut back = vec![0u8; words * 4];
+            peer.copy_to_host(&mut back, dst)?;
+            if back != pattern_bytes {
+                return Err(DriverError::CorruptCopy {
+                    from: format!("hip:{me}"),
+                    to: format!("hip:{other}"),
+                });
+            }
+            Ok(gbps)
+        })();
+        let _ = self.synchronize();
+        let _ = peer.synchronize();
+        // SAFETY: both streams have drained.
+        unsafe {
+            self.free(src);
+            peer.free(dst);
+        }
+        result
     }
 
     fn matmul_tflops(

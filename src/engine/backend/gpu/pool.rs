@@ -199,6 +199,17 @@ mod tests {
         fn synchronize(&self) -> Result<(), DriverError> {
             Ok(())
         }
+        fn host_copy_gbps(&self, _: bool, _: usize, _: usize) -> Result<f64, DriverError> {
+            Ok(0.0)
+        }
+        fn peer_copy_gbps(
+            &self,
+            _: &dyn GpuDriver,
+            _: usize,
+            _: usize,
+        ) -> Result<f64, DriverError> {
+            Ok(0.0)
+        }
         fn matmul_tflops(
             &self,
             _: crate::engine::backend::gpu::driver::MatmulPrecision,
