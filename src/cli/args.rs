@@ -71,6 +71,9 @@ pub struct GpuCheckArgs {
     /// Skip the throughput measurements (correctness checks only).
     #[arg(long)]
     pub quick: bool,
+    /// Also time every kernel and GEMM of one training step (synchronising per launch).
+    #[arg(long)]
+    pub profile: bool,
     /// Also write the full report as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json_out: Option<PathBuf>,

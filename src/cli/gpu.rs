@@ -15,7 +15,7 @@ use crate::engine::backend::crosscheck::{self, OpComparison, Tolerances};
 use crate::engine::backend::gpu::cache::KernelCache;
 use crate::engine::backend::gpu::cuda::{CudaDriver, MathMode};
 use crate::engine::backend::gpu::driver::{DeviceInfo, GpuDriver, MatmulPrecision};
-use crate::engine::backend::gpu::GpuBackend;
+use crate::engine::backend::gpu::{GpuBackend, Profile};
 use crate::engine::backend::select::{self, BackendKind, GpuRuntime};
 use crate::engine::train::{measure_train_throughput, ModelChoice};
 use crate::engine::CpuBackend;
@@ -41,6 +41,8 @@ struct DeviceReport {
     training_step: Vec<OpComparison>,
     matmul: Vec<MatmulFigure>,
     throughput: Option<ThroughputFigure>,
+    /// (kernel or GEMM, calls, seconds) over one profiled training step.
+    profile: Vec<(String, u64, f64)>,
     errors: Vec<String>,
     passed: bool,
 }
@@ -169,6 +171,7 @@ fn check_device(
                 training_step: vec![],
                 matmul: vec![],
                 throughput: None,
+                profile: vec![],
                 errors: vec![format!("open: {e}")],
                 passed: false,
             };
@@ -220,6 +223,7 @@ fn check_device(
 
     let mut matmul = Vec::new();
     let mut throughput = None;
+    let mut profile = Vec::new();
     if !args.quick {
         match runtime.open(ordinal, cache) {
             Ok(fast) => {
@@ -270,6 +274,19 @@ fn check_device(
                     }
                     Err(e) => errors.push(format!("training throughput: {e}")),
                 }
+                if args.profile {
+                    match profile_step(&backend, args.batch) {
+                        Ok(rows) => {
+                            let total: f64 = rows.iter().map(|r| r.2).sum();
+                            println!("\nwhere one training step's device time goes ({:.1} ms in all, synchronised per launch)", total * 1e3);
+                            for (name, calls, secs) in rows.iter().take(20) {
+                                println!("  {name:<24} {calls:>6} calls {:>9.2} ms {:>5.1} %", secs * 1e3, secs / total * 100.0);
+                            }
+                            profile = rows;
+                        }
+                        Err(e) => errors.push(format!("profile: {e}")),
+                    }
+                }
             }
             Err(e) => errors.push(format!("open for measurements: {e}")),
         }
@@ -290,9 +307,35 @@ fn check_device(
         training_step,
         matmul,
         throughput,
+        profile,
         errors,
         passed,
     }
+}
+
+/// Two training steps with every kernel timed: where the step's time goes.
+fn profile_step(backend: &GpuBackend, batch: usize) -> anyhow::Result<Vec<(String, u64, f64)>> {
+    let profile = Arc::new(Profile::default());
+    let profiled = backend.profiled(profile.clone());
+    let mut model = ModelChoice::ResNet50.build(&profiled, 1000, 224, 1)?;
+    let mut first = true;
+    measure_train_throughput(
+        &profiled,
+        &mut model,
+        batch,
+        224,
+        1,
+        1,
+        0.1,
+        &|| false,
+        &mut |_, _, _| {
+            if first {
+                profile.clear();
+                first = false;
+            }
+        },
+    )?;
+    Ok(profile.report())
 }
 
 fn train_throughput(backend: &GpuBackend, args: &GpuCheckArgs) -> anyhow::Result<ThroughputFigure> {

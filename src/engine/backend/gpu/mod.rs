@@ -81,6 +81,47 @@ impl Drop for GpuBuffer {
 pub struct GpuBackend {
     pool: Arc<DevicePool>,
     name: String,
+    profile: Option<Arc<Profile>>,
+}
+
+/// Device time per kernel and GEMM, gathered by synchronising around every launch: slow,
+/// and only for finding where a step's time goes.
+#[derive(Debug, Default)]
+pub struct Profile {
+    entries: std::sync::Mutex<std::collections::HashMap<String, (u64, f64)>>,
+}
+
+impl Profile {
+    fn add(&self, name: &str, seconds: f64) {
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = entries.entry(name.to_string()).or_default();
+        entry.0 += 1;
+        entry.1 += seconds;
+    }
+
+    /// (name, calls, seconds), most time first.
+    pub fn report(&self) -> Vec<(String, u64, f64)> {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut rows: Vec<_> = entries
+            .iter()
+            .map(|(name, &(calls, secs))| (name.clone(), calls, secs))
+            .collect();
+        rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+        rows
+    }
+
+    pub fn clear(&self) {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
 }
 
 impl GpuBackend {
@@ -89,7 +130,28 @@ impl GpuBackend {
         GpuBackend {
             pool: DevicePool::new(driver, DEFAULT_CACHE_LIMIT_BYTES),
             name,
+            profile: None,
         }
+    }
+
+    /// The same device with every kernel and GEMM timed into `profile`.
+    pub fn profiled(&self, profile: Arc<Profile>) -> Self {
+        GpuBackend {
+            profile: Some(profile),
+            ..self.clone()
+        }
+    }
+
+    fn timed<T>(&self, name: &str, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        let Some(profile) = &self.profile else {
+            return work();
+        };
+        self.synchronize()?;
+        let started = std::time::Instant::now();
+        let out = work()?;
+        self.synchronize()?;
+        profile.add(name, started.elapsed().as_secs_f64());
+        Ok(out)
     }
 
     pub fn driver(&self) -> &Arc<dyn GpuDriver> {
@@ -109,13 +171,20 @@ impl GpuBackend {
     }
 
     fn launch(&self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Result<()> {
-        self.driver()
-            .launch(kernel, shape, args)
-            .map_err(|e| self.device(e))
+        self.timed(kernel, || {
+            self.driver()
+                .launch(kernel, shape, args)
+                .map_err(|e| self.device(e))
+        })
     }
 
     fn gemm(&self, gemm: Gemm) -> Result<()> {
-        self.driver().gemm(&gemm).map_err(|e| self.device(e))
+        let name = format!(
+            "gemm {}{}",
+            if gemm.trans_a == Transpose::Yes { "T" } else { "N" },
+            if gemm.trans_b == Transpose::Yes { "T" } else { "N" }
+        );
+        self.timed(&name, || self.driver().gemm(&gemm).map_err(|e| self.device(e)))
     }
 
     fn check(
