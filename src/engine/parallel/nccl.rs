@@ -70,6 +70,10 @@ const POLL_INTERVAL: Duration = Duration::from_micros(100);
 // NCCL results are read as plain integers: a value outside cudarc's enum (a newer
 // library's code) must not become an invalid enum value.
 type NcclResult = c_int;
+// Likewise for the CUDA driver's result of polling a stream.
+type StreamQuery = unsafe extern "C" fn(cuda::CUstream) -> c_int;
+const CUDA_SUCCESS: c_int = cuda::CUresult::CUDA_SUCCESS as c_int;
+const CUDA_ERROR_NOT_READY: c_int = cuda::CUresult::CUDA_ERROR_NOT_READY as c_int;
 const NCCL_SUCCESS: NcclResult = sys::ncclResult_t::ncclSuccess as NcclResult;
 const NCCL_IN_PROGRESS: NcclResult = sys::ncclResult_t::ncclInProgress as NcclResult;
 
@@ -235,7 +239,7 @@ pub struct NcclAllReduce {
     aborted: AtomicBool,
     failure: Mutex<Option<(usize, String)>>,
     timeout: Duration,
-    stream_query: unsafe extern "C" fn(cuda::CUstream) -> cuda::CUresult,
+    stream_query: StreamQuery,
 }
 
 impl std::fmt::Debug for NcclAllReduce {
@@ -448,11 +452,11 @@ impl NcclAllReduce {
             // SAFETY: the stream lives as long as the rank's driver, which the caller holds.
             let status = unsafe { (self.stream_query)(stream) };
             match status {
-                cuda::CUresult::CUDA_SUCCESS => return Ok(()),
-                cuda::CUresult::CUDA_ERROR_NOT_READY => {}
+                CUDA_SUCCESS => return Ok(()),
+                CUDA_ERROR_NOT_READY => {}
                 other => {
                     return Err(setup_error(format!(
-                        "rank {rank}: cuStreamQuery failed: {other:?}"
+                        "rank {rank}: cuStreamQuery failed with CUDA error {other}"
                     )))
                 }
             }
@@ -598,7 +602,7 @@ fn cuda_ordinals(backends: &[GpuBackend]) -> Result<Vec<usize>, ParallelError> {
 
 /// `cuStreamQuery` from the CUDA driver library, resolved without cudarc's panicking
 /// loader.
-fn stream_query() -> Result<unsafe extern "C" fn(cuda::CUstream) -> cuda::CUresult, ParallelError> {
+fn stream_query() -> Result<StreamQuery, ParallelError> {
     // SAFETY: only opens the library by its candidate names.
     if !unsafe { cuda::is_culib_present() } {
         return Err(setup_error(
@@ -609,7 +613,7 @@ fn stream_query() -> Result<unsafe extern "C" fn(cuda::CUstream) -> cuda::CUresu
     // cuStreamQuery has this signature in cuda.h.
     unsafe {
         cuda::culib()
-            .get::<unsafe extern "C" fn(cuda::CUstream) -> cuda::CUresult>(STREAM_QUERY.as_bytes())
+            .get::<StreamQuery>(STREAM_QUERY.as_bytes())
             .map(|f| *f)
             .map_err(|e| setup_error(format!("the CUDA driver library lacks {STREAM_QUERY}: {e}")))
     }
