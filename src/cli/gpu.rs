@@ -17,6 +17,7 @@ use crate::engine::backend::gpu::cuda::{CudaDriver, MathMode};
 use crate::engine::backend::gpu::driver::{DeviceInfo, GpuDriver, MatmulPrecision};
 use crate::engine::backend::gpu::{GpuBackend, Profile};
 use crate::engine::backend::select::{self, BackendKind, GpuRuntime};
+use crate::engine::parallel::{gpu_all_reduce, measure_all_reduce_bandwidth};
 use crate::engine::train::{measure_train_throughput, ModelChoice};
 use crate::engine::CpuBackend;
 
@@ -43,6 +44,8 @@ struct DeviceReport {
     throughput: Option<ThroughputFigure>,
     /// (kernel or GEMM, calls, seconds) over one profiled training step.
     profile: Vec<(String, u64, f64)>,
+    /// The collective a data-parallel run on these devices would use.
+    all_reduce: Option<String>,
     errors: Vec<String>,
     passed: bool,
 }
@@ -172,6 +175,7 @@ fn check_device(
                 matmul: vec![],
                 throughput: None,
                 profile: vec![],
+                all_reduce: None,
                 errors: vec![format!("open: {e}")],
                 passed: false,
             };
@@ -224,6 +228,7 @@ fn check_device(
     let mut matmul = Vec::new();
     let mut throughput = None;
     let mut profile = Vec::new();
+    let mut all_reduce = None;
     if !args.quick {
         match runtime.open(ordinal, cache) {
             Ok(fast) => {
@@ -274,13 +279,35 @@ fn check_device(
                     }
                     Err(e) => errors.push(format!("training throughput: {e}")),
                 }
+                let (collective, chosen) = gpu_all_reduce(std::slice::from_ref(&backend));
+                match measure_all_reduce_bandwidth(
+                    collective.as_ref(),
+                    std::slice::from_ref(&backend),
+                    64 << 20,
+                    2,
+                    5,
+                ) {
+                    Ok(bw) => {
+                        println!(
+                            "\nall-reduce of 256 MiB on this device alone ({chosen}): {:.1} GB/s algorithm bandwidth",
+                            bw.algbw_gbps()
+                        );
+                        all_reduce = Some(chosen);
+                    }
+                    Err(e) => errors.push(format!("all-reduce ({chosen}): {e}")),
+                }
+                drop(collective);
                 if args.profile {
                     match profile_step(&backend, args.batch) {
                         Ok(rows) => {
                             let total: f64 = rows.iter().map(|r| r.2).sum();
                             println!("\nwhere one training step's device time goes ({:.1} ms in all, synchronised per launch)", total * 1e3);
                             for (name, calls, secs) in rows.iter().take(20) {
-                                println!("  {name:<24} {calls:>6} calls {:>9.2} ms {:>5.1} %", secs * 1e3, secs / total * 100.0);
+                                println!(
+                                    "  {name:<24} {calls:>6} calls {:>9.2} ms {:>5.1} %",
+                                    secs * 1e3,
+                                    secs / total * 100.0
+                                );
                             }
                             profile = rows;
                         }
@@ -308,6 +335,7 @@ fn check_device(
         matmul,
         throughput,
         profile,
+        all_reduce,
         errors,
         passed,
     }

@@ -6,7 +6,7 @@ use super::options::{self, ALLREDUCE_MIB, ALLREDUCE_MIN_GBPS};
 use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::GpuBackend;
-use crate::engine::parallel::{measure_all_reduce_bandwidth, AllReduce, HostRing};
+use crate::engine::parallel::{gpu_all_reduce, measure_all_reduce_bandwidth, AllReduce};
 
 pub const NAME: &str = "gpu-allreduce";
 pub const DEFAULT_MIB: usize = 256;
@@ -15,15 +15,12 @@ pub const FACTORY_MIN_BUSBW_GBPS: f64 = 12.0;
 const WARMUP: usize = 2;
 const ITERATIONS: usize = 10;
 
-/// The collective for these devices and a note on why it was chosen.
+/// The collective for these devices (NCCL on CUDA devices when it loads, else the
+/// host-staged ring) and a note on why it was chosen.
 pub fn collective_for(
     backends: &[GpuBackend],
 ) -> Result<(Box<dyn AllReduce<GpuBackend>>, String), String> {
-    let ring = HostRing::new(backends.len()).map_err(|e| e.to_string())?;
-    Ok((
-        Box::new(ring),
-        "host-staged ring (NCCL/RCCL not used)".to_string(),
-    ))
+    Ok(gpu_all_reduce(backends))
 }
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {

@@ -181,10 +181,20 @@ impl GpuBackend {
     fn gemm(&self, gemm: Gemm) -> Result<()> {
         let name = format!(
             "gemm {}{}",
-            if gemm.trans_a == Transpose::Yes { "T" } else { "N" },
-            if gemm.trans_b == Transpose::Yes { "T" } else { "N" }
+            if gemm.trans_a == Transpose::Yes {
+                "T"
+            } else {
+                "N"
+            },
+            if gemm.trans_b == Transpose::Yes {
+                "T"
+            } else {
+                "N"
+            }
         );
-        self.timed(&name, || self.driver().gemm(&gemm).map_err(|e| self.device(e)))
+        self.timed(&name, || {
+            self.driver().gemm(&gemm).map_err(|e| self.device(e))
+        })
     }
 
     fn check(
