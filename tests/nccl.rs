@@ -74,6 +74,12 @@ impl GpuDriver for DescribedOnlyDevice {
     fn matmul_tflops(&self, _: MatmulPrecision, _: usize, _: usize) -> Result<f64, DriverError> {
         Err(unavailable())
     }
+    fn host_copy_gbps(&self, _: bool, _: usize, _: usize) -> Result<f64, DriverError> {
+        Err(unavailable())
+    }
+    fn peer_copy_gbps(&self, _: &dyn GpuDriver, _: usize, _: usize) -> Result<f64, DriverError> {
+        Err(unavailable())
+    }
     fn time_ms(&self, _: &mut dyn FnMut() -> Result<(), DriverError>) -> Result<f64, DriverError> {
         Err(unavailable())
     }
