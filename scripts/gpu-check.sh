@@ -6,7 +6,7 @@
 #
 # Usage: scripts/gpu-check.sh [TINYPERF_BINARY] [OUT_DIR]
 # Environment: BATCH (256), STEPS (10), WARMUP (3), GEMM (8192), PYTHON (python3),
-#              TORCH=0 to skip the PyTorch figures.
+#              TORCH=0 to skip the PyTorch figures, PROFILE=1 to time every kernel of a step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-target/release/tinyperf}
@@ -21,6 +21,7 @@ export TINYPERF_KERNEL_CACHE=${TINYPERF_KERNEL_CACHE:-$out/kernel-cache}
 status=0
 timeout 540 "$bin" gpu check --batch "${BATCH:-256}" --steps "${STEPS:-10}" \
   --warmup "${WARMUP:-3}" --gemm-size "${GEMM:-8192}" --json-out "$out/gpu-check.json" \
+  $([ "${PROFILE:-0}" = 1 ] && echo --profile) \
   | tee "$out/gpu-check.txt" || status=$?
 python=${PYTHON:-python3}
 if [ "${TORCH:-1}" != 0 ] && "$python" -c 'import torch, torchvision, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then

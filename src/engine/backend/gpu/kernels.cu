@@ -7,46 +7,71 @@
 
 // ---------------------------------------------------------------- element-wise
 
+// The element-wise kernels move four floats per access where they can (every buffer
+// starts 256-byte aligned): the float4 body, then the tail of n % 4 elements.
+#define FOR_EACH_VEC4(n)                                                                   \
+    long long n4 = (n) / 4;                                                                \
+    long long stride = (long long)gridDim.x * blockDim.x;                                  \
+    long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;                    \
+    for (long long i = first; i < n4; i += stride)
+#define FOR_EACH_TAIL(n) for (long long i = n4 * 4 + first; i < (n); i += stride)
+
 KERNEL void fill_f32(float* x, long long n, float value) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) x[i] = value;
+    FOR_EACH_VEC4(n) ((float4*)x)[i] = make_float4(value, value, value, value);
+    FOR_EACH_TAIL(n) x[i] = value;
 }
 
 KERNEL void add_f32(const float* a, const float* b, float* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) out[i] = a[i] + b[i];
+    FOR_EACH_VEC4(n) {
+        float4 u = ((const float4*)a)[i], v = ((const float4*)b)[i];
+        ((float4*)out)[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+    }
+    FOR_EACH_TAIL(n) out[i] = a[i] + b[i];
 }
 
 KERNEL void add_assign_f32(float* dst, const float* src, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) dst[i] += src[i];
+    FOR_EACH_VEC4(n) {
+        float4 u = ((float4*)dst)[i], v = ((const float4*)src)[i];
+        ((float4*)dst)[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+    }
+    FOR_EACH_TAIL(n) dst[i] += src[i];
 }
 
 KERNEL void scale_f32(float* x, long long n, float alpha) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) x[i] *= alpha;
+    FOR_EACH_VEC4(n) {
+        float4 u = ((float4*)x)[i];
+        ((float4*)x)[i] = make_float4(u.x * alpha, u.y * alpha, u.z * alpha, u.w * alpha);
+    }
+    FOR_EACH_TAIL(n) x[i] *= alpha;
 }
 
 KERNEL void axpy_f32(float alpha, const float* x, float* y, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) y[i] += alpha * x[i];
+    FOR_EACH_VEC4(n) {
+        float4 u = ((const float4*)x)[i], v = ((float4*)y)[i];
+        ((float4*)y)[i] = make_float4(v.x + alpha * u.x, v.y + alpha * u.y, v.z + alpha * u.z,
+                                      v.w + alpha * u.w);
+    }
+    FOR_EACH_TAIL(n) y[i] += alpha * x[i];
 }
 
+__device__ float relu(float v) { return v > 0.0f ? v : 0.0f; }
+__device__ float relu_grad(float y, float g) { return y > 0.0f ? g : 0.0f; }
+
 KERNEL void relu_forward(float* x, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    FOR_EACH_VEC4(n) {
+        float4 u = ((float4*)x)[i];
+        ((float4*)x)[i] = make_float4(relu(u.x), relu(u.y), relu(u.z), relu(u.w));
+    }
+    FOR_EACH_TAIL(n) x[i] = relu(x[i]);
 }
 
 KERNEL void relu_backward(const float* y, float* dy, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (; i < n; i += stride) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    FOR_EACH_VEC4(n) {
+        float4 u = ((const float4*)y)[i], g = ((float4*)dy)[i];
+        ((float4*)dy)[i] = make_float4(relu_grad(u.x, g.x), relu_grad(u.y, g.y),
+                                       relu_grad(u.z, g.z), relu_grad(u.w, g.w));
+    }
+    FOR_EACH_TAIL(n) dy[i] = relu_grad(y[i], dy[i]);
 }
 
 // Deterministic pseudo-random values in [-1, 1) for benchmark inputs: a hash of the index,
@@ -126,43 +151,76 @@ KERNEL void non_finite_flag(const float* x, long long n, float* flag) {
 // ---------------------------------------------------------------- convolution
 
 // im2col over `images` images starting at `first_image`: col is [images·OH·OW, KH·KW·C]
-// with (kh, kw, c) ordering; padding reads as zero.
+// with (kh, kw, c) ordering; padding reads as zero. One thread per column element, for
+// few channels (the 3-channel stem); the host keeps the chunk under 2^31 elements so the
+// index arithmetic stays 32-bit.
 KERNEL void im2col(const float* x, float* col, int first_image, int images, int h, int w,
                    int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
-    long long k = (long long)kh_n * kw_n * c;
-    long long total = (long long)images * oh_n * ow_n * k;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long step = (long long)gridDim.x * blockDim.x;
-    for (; i < total; i += step) {
-        long long row = i / k;
-        int kk = (int)(i - row * k);
+    int k = kh_n * kw_n * c;
+    int total = images * oh_n * ow_n * k;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int row = i / k;
+        int kk = i - row * k;
         int ci = kk % c;
-        int kw = (kk / c) % kw_n;
-        int kh = kk / (c * kw_n);
-        int ow = (int)(row % ow_n);
-        int oh = (int)((row / ow_n) % oh_n);
-        long long n = first_image + row / ((long long)ow_n * oh_n);
+        int r = kk / c;
+        int kw = r % kw_n;
+        int kh = r / kw_n;
+        int ow = row % ow_n;
+        int t = row / ow_n;
+        int oh = t % oh_n;
+        int n = first_image + t / oh_n;
         int ih = oh * stride + kh - pad;
         int iw = ow * stride + kw - pad;
         float v = 0.0f;
-        if (ih >= 0 && ih < h && iw >= 0 && iw < w) v = x[((n * h + ih) * w + iw) * c + ci];
+        if (ih >= 0 && ih < h && iw >= 0 && iw < w)
+            v = x[(((long long)n * h + ih) * w + iw) * c + ci];
         col[i] = v;
     }
 }
 
+// The same by rows: a block per output pixel. For a fixed kh the KW·C column entries read
+// consecutive input (consecutive kw read consecutive iw at any stride), so each is one
+// contiguous copy with the padded ends zeroed, and no thread divides.
+KERNEL void im2col_rows(const float* x, float* col, int first_image, int rows, int h, int w,
+                        int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
+    int k = kh_n * kw_n * c;
+    int segment = kw_n * c;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        int ow = row % ow_n;
+        int t = row / ow_n;
+        int oh = t % oh_n;
+        int n = first_image + t / oh_n;
+        int iw0 = ow * stride - pad;
+        // Valid kw are those with 0 <= iw0 + kw < w.
+        int lo = (iw0 < 0 ? -iw0 : 0) * c;
+        int hi = (w - iw0 < kw_n ? w - iw0 : kw_n) * c;
+        float* dst = col + (long long)row * k;
+        for (int kh = 0; kh < kh_n; ++kh) {
+            int ih = oh * stride + kh - pad;
+            bool row_inside = ih >= 0 && ih < h;
+            const float* src = x + (((long long)n * h + (row_inside ? ih : 0)) * w) * c +
+                               (long long)iw0 * c;
+            float* d = dst + kh * segment;
+            for (int j = threadIdx.x; j < segment; j += blockDim.x)
+                d[j] = (row_inside && j >= lo && j < hi) ? src[j] : 0.0f;
+        }
+    }
+}
+
 // The adjoint of im2col as a gather: each input-gradient element of the chunk's images
-// sums the column entries that read it, so no two threads write one address.
+// sums the column entries that read it, so no two threads write one address. The chunk
+// is under 2^31 elements.
 KERNEL void col2im(const float* dcol, float* dx, int first_image, int images, int h, int w,
                    int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
-    long long k = (long long)kh_n * kw_n * c;
-    long long total = (long long)images * h * w * c;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long step = (long long)gridDim.x * blockDim.x;
-    for (; i < total; i += step) {
-        int ci = (int)(i % c);
-        int iw = (int)((i / c) % w);
-        int ih = (int)((i / ((long long)c * w)) % h);
-        long long n_local = i / ((long long)c * w * h);
+    int k = kh_n * kw_n * c;
+    int total = images * h * w * c;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int ci = i % c;
+        int t = i / c;
+        int iw = t % w;
+        t /= w;
+        int ih = t % h;
+        int n_local = t / h;
         float s = 0.0f;
         for (int kh = 0; kh < kh_n; ++kh) {
             int oh_s = ih + pad - kh;
@@ -174,11 +232,11 @@ KERNEL void col2im(const float* dcol, float* dx, int first_image, int images, in
                 if (ow_s < 0 || ow_s % stride != 0) continue;
                 int ow = ow_s / stride;
                 if (ow >= ow_n) continue;
-                long long row = (n_local * oh_n + oh) * ow_n + ow;
-                s += dcol[row * k + ((long long)kh * kw_n + kw) * c + ci];
+                long long row = ((long long)n_local * oh_n + oh) * ow_n + ow;
+                s += dcol[row * k + (kh * kw_n + kw) * c + ci];
             }
         }
-        dx[((long long)first_image * h * w * c) + i] = s;
+        dx[(long long)first_image * h * w * c + i] = s;
     }
 }
 
@@ -266,13 +324,11 @@ KERNEL void bn_eval_coefficients(const float* gamma, const float* beta,
     shift[c] = (float)((double)beta[c] - (double)running_mean[c] * (double)gamma[c] * inv_std);
 }
 
+// rows·channels is under 2^31 (the host checks), so the channel index is 32-bit.
 KERNEL void channel_affine(const float* x, const float* scale, const float* shift, float* y,
-                           long long rows, int channels) {
-    long long total = rows * channels;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long step = (long long)gridDim.x * blockDim.x;
-    for (; i < total; i += step) {
-        int c = (int)(i % channels);
+                           int total, int channels) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int c = i % channels;
         y[i] = x[i] * scale[c] + shift[c];
     }
 }
@@ -304,13 +360,10 @@ KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, i
 }
 
 KERNEL void bn_backward_dx(const float* x, const float* dy, const float* coef_a,
-                           const float* coef_g, const float* coef_b, float* dx, long long rows,
+                           const float* coef_g, const float* coef_b, float* dx, int total,
                            int channels) {
-    long long total = rows * channels;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long step = (long long)gridDim.x * blockDim.x;
-    for (; i < total; i += step) {
-        int c = (int)(i % channels);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int c = i % channels;
         dx[i] = x[i] * coef_a[c] + dy[i] * coef_g[c] + coef_b[c];
     }
 }
@@ -343,18 +396,19 @@ KERNEL void max_pool_forward(const float* x, float* y, int batch, int h, int w, 
 }
 
 // Gather form of the backward: an input element takes the gradient of every window whose
-// first maximum it is, recomputed here, so no atomics are needed.
+// first maximum it is, recomputed here, so no atomics are needed. Under 2^31 elements.
 KERNEL void max_pool_backward(const float* x, const float* dy, float* dx, int batch, int h,
                               int w, int c, int kernel, int stride, int pad, int oh_n,
                               int ow_n) {
-    long long total = (long long)batch * h * w * c;
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    long long step = (long long)gridDim.x * blockDim.x;
-    for (; i < total; i += step) {
-        int ci = (int)(i % c);
-        int iw = (int)((i / c) % w);
-        int ih = (int)((i / ((long long)c * w)) % h);
-        long long n = i / ((long long)c * w * h);
+    int total = batch * h * w * c;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int ci = i % c;
+        int t = i / c;
+        int iw = t % w;
+        t /= w;
+        int ih = t % h;
+        int n = t / h;
+        const float* image = x + (long long)n * h * w * c + ci;
         float g = 0.0f;
         for (int kh = 0; kh < kernel; ++kh) {
             int oh_s = ih + pad - kh;
@@ -375,7 +429,7 @@ KERNEL void max_pool_backward(const float* x, const float* dy, float* dx, int ba
                     for (int ww = 0; ww < kernel; ++ww) {
                         int yw = ow * stride + ww - pad;
                         if (yw < 0 || yw >= w) continue;
-                        float v = x[((n * h + yh) * w + yw) * c + ci];
+                        float v = image[(yh * w + yw) * c];
                         if (v > best || best_h < 0) {
                             best = v;
                             best_h = yh;
@@ -384,7 +438,7 @@ KERNEL void max_pool_backward(const float* x, const float* dy, float* dx, int ba
                     }
                 }
                 if (best_h == ih && best_w == iw)
-                    g += dy[((n * oh_n + oh) * ow_n + ow) * c + ci];
+                    g += dy[(((long long)n * oh_n + oh) * ow_n + ow) * c + ci];
             }
         }
         dx[i] = g;

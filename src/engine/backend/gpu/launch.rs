@@ -76,6 +76,19 @@ pub fn bn_partials(rows: usize, channels: usize) -> LaunchShape {
     }
 }
 
+/// Channels from which im2col copies whole rows ([`block_per_output_row`]) instead of
+/// spending a thread per element on index arithmetic.
+pub const IM2COL_ROWS_MIN_CHANNELS: usize = 16;
+
+/// A block per row of `segment` contiguous elements: a warp-multiple of threads up to 128.
+pub fn block_per_output_row(rows: usize, segment: usize) -> LaunchShape {
+    let threads = segment.div_ceil(32).clamp(1, 4) * 32;
+    LaunchShape {
+        grid: (rows.clamp(1, i32::MAX as usize) as u32, 1, 1),
+        block: (threads as u32, 1, 1),
+    }
+}
+
 /// Images per im2col chunk so that the column buffer stays near `budget_elems`.
 pub fn im2col_images(batch: usize, rows_per_image: usize, k: usize, budget_elems: usize) -> usize {
     let per_image = rows_per_image.saturating_mul(k).max(1);
@@ -129,6 +142,15 @@ mod tests {
             assert_eq!(s.grid.1 as usize, bn_slabs(rows));
             assert_eq!(s.block, (32, 8, 1));
         }
+    }
+
+    #[test]
+    fn row_blocks_fit_their_segment() {
+        assert_eq!(block_per_output_row(10, 21).block.0, 32);
+        assert_eq!(block_per_output_row(10, 192).block.0, 128);
+        assert_eq!(block_per_output_row(10, 65).block.0, 96);
+        assert_eq!(block_per_output_row(802_816, 576).grid.0, 802_816);
+        assert_eq!(block_per_output_row(0, 1).grid.0, 1);
     }
 
     #[test]

@@ -228,6 +228,14 @@ impl GpuBackend {
         self.launch(kernel, launch::elementwise(n), args)
     }
 
+    /// A kernel that handles four elements per thread.
+    fn elementwise_vec4(&self, kernel: &str, n: usize, args: &[KernelArg]) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.launch(kernel, launch::elementwise(n.div_ceil(4)), args)
+    }
+
     fn conv_args(p: &Conv2dParams, first_image: usize, images: usize) -> Vec<KernelArg> {
         [
             first_image,
@@ -380,7 +388,7 @@ impl Backend for GpuBackend {
 
     fn fill(&self, buf: &mut GpuBuffer, value: f32) -> Result<()> {
         self.check("fill", "buffer", buf, buf.len)?;
-        self.elementwise(
+        self.elementwise_vec4(
             "fill_f32",
             buf.len,
             &[
@@ -494,9 +502,11 @@ impl Backend for GpuBackend {
                 alpha: 1.0,
                 beta: 0.0,
             })?;
+            let total = images * p.in_h * p.in_w * p.in_c;
+            dims_fit_i32(OP, &[total])?;
             let mut args = vec![KernelArg::Ptr(dcol.ptr), KernelArg::Ptr(dx.ptr)];
             args.extend(Self::conv_args(p, first, images));
-            self.elementwise("col2im", images * p.in_h * p.in_w * p.in_c, &args)?;
+            self.elementwise("col2im", total, &args)?;
         }
         Ok(())
     }
@@ -710,6 +720,7 @@ impl Backend for GpuBackend {
                 KernelArg::Ptr(coef.at(2 * c)),
             ],
         )?;
+        dims_fit_i32(OP, &[rows * c])?;
         self.elementwise(
             "bn_backward_dx",
             rows * c,
@@ -720,7 +731,7 @@ impl Backend for GpuBackend {
                 KernelArg::Ptr(coef.at(c)),
                 KernelArg::Ptr(coef.at(2 * c)),
                 KernelArg::Ptr(dx.ptr),
-                i64_arg(rows),
+                i32_arg(rows * c),
                 i32_arg(c),
             ],
         )
@@ -728,7 +739,7 @@ impl Backend for GpuBackend {
 
     fn relu_forward(&self, x: &mut GpuBuffer) -> Result<()> {
         self.check("relu_forward", "x", x, x.len)?;
-        self.elementwise(
+        self.elementwise_vec4(
             "relu_forward",
             x.len,
             &[KernelArg::Ptr(x.ptr), i64_arg(x.len)],
@@ -738,7 +749,7 @@ impl Backend for GpuBackend {
     fn relu_backward(&self, y: &GpuBuffer, dy: &mut GpuBuffer) -> Result<()> {
         self.check("relu_backward", "y", y, y.len)?;
         self.check("relu_backward", "dy", dy, y.len)?;
-        self.elementwise(
+        self.elementwise_vec4(
             "relu_backward",
             y.len,
             &[
@@ -786,7 +797,7 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "dy", dy, p.output_len())?;
         self.check(OP, "dx", dx, p.input_len())?;
-        dims_fit_i32(OP, &[p.batch, p.in_h, p.in_w, p.channels])?;
+        dims_fit_i32(OP, &[p.input_len()])?;
         self.elementwise(
             "max_pool_backward",
             p.input_len(),
@@ -1054,7 +1065,7 @@ impl Backend for GpuBackend {
         self.check("add", "a", a, a.len)?;
         self.check("add", "second operand", b, a.len)?;
         self.check("add", "out", out, a.len)?;
-        self.elementwise(
+        self.elementwise_vec4(
             "add_f32",
             a.len,
             &[
@@ -1069,7 +1080,7 @@ impl Backend for GpuBackend {
     fn add_assign(&self, dst: &mut GpuBuffer, src: &GpuBuffer) -> Result<()> {
         self.check("add_assign", "dst", dst, dst.len)?;
         self.check("add_assign", "src", src, dst.len)?;
-        self.elementwise(
+        self.elementwise_vec4(
             "add_assign_f32",
             dst.len,
             &[
@@ -1082,7 +1093,7 @@ impl Backend for GpuBackend {
 
     fn scale(&self, x: &mut GpuBuffer, alpha: f32) -> Result<()> {
         self.check("scale", "x", x, x.len)?;
-        self.elementwise(
+        self.elementwise_vec4(
             "scale_f32",
             x.len,
             &[KernelArg::Ptr(x.ptr), i64_arg(x.len), KernelArg::F32(alpha)],
@@ -1092,7 +1103,7 @@ impl Backend for GpuBackend {
     fn axpy(&self, alpha: f32, x: &GpuBuffer, y: &mut GpuBuffer) -> Result<()> {
         self.check("axpy", "x", x, x.len)?;
         self.check("axpy", "y", y, x.len)?;
-        self.elementwise(
+        self.elementwise_vec4(
             "axpy_f32",
             x.len,
             &[
@@ -1173,6 +1184,7 @@ impl GpuBackend {
         rows: usize,
         c: usize,
     ) -> Result<()> {
+        dims_fit_i32("batch_norm", &[rows * c])?;
         self.elementwise(
             "channel_affine",
             rows * c,
@@ -1181,7 +1193,7 @@ impl GpuBackend {
                 KernelArg::Ptr(scale.ptr),
                 KernelArg::Ptr(shift.ptr),
                 KernelArg::Ptr(y.ptr),
-                i64_arg(rows),
+                i32_arg(rows * c),
                 i32_arg(c),
             ],
         )

@@ -33,6 +33,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "sum_partials",
     "non_finite_flag",
     "im2col",
+    "im2col_rows",
     "col2im",
     "bn_partial_sums",
     "bn_forward_finalize",
