@@ -479,6 +479,34 @@ pub fn check_ops<T: Backend, R: Backend>(
     Ok(pair.results)
 }
 
+/// Bounds on a whole training step's disagreement, relative to the reference's norm.
+///
+/// Gradients need far looser bounds than single ops: a ReLU whose input lies within
+/// rounding of zero can switch off in one backend and not the other, and every gradient
+/// upstream of it then moves. Two CPU backends that only tile their convolutions
+/// differently disagree by 1e-2 on ResNet-50's gradients at batch 4 (one such flip at
+/// `layer3.2.bn2`, everything after it in the backward pass within 1e-5), while a wrong
+/// kernel shows as an error of order one.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct StepTolerances {
+    /// Logits and loss.
+    pub outputs: f64,
+    /// Every gradient as one vector.
+    pub all_gradients: f64,
+    /// The worst single parameter's gradient.
+    pub single_parameter: f64,
+}
+
+impl Default for StepTolerances {
+    fn default() -> Self {
+        StepTolerances {
+            outputs: 1e-3,
+            all_gradients: 5e-2,
+            single_parameter: 1e-1,
+        }
+    }
+}
+
 /// One training step's gradients and loss of `model` on `test` against `reference`,
 /// from the same seeded weights and the same synthetic batch.
 pub fn check_training_step<T: Backend, R: Backend>(
@@ -488,7 +516,7 @@ pub fn check_training_step<T: Backend, R: Backend>(
     batch: usize,
     image_size: usize,
     classes: usize,
-    tolerance: f64,
+    tol: StepTolerances,
 ) -> Result<Vec<OpComparison>> {
     let mut results = Vec::new();
     let mut m_t = model.build(test, classes, image_size, 7)?;
@@ -512,7 +540,7 @@ pub fn check_training_step<T: Backend, R: Backend>(
         "logits",
         &logits_t.to_host(test)?,
         &logits_r.to_host(reference)?,
-        tolerance,
+        tol.outputs,
     ));
     let out_t = loss_fn.forward(test, &logits_t, &y_t)?;
     let out_r = loss_fn.forward(reference, &logits_r, &y_r)?;
@@ -521,7 +549,7 @@ pub fn check_training_step<T: Backend, R: Backend>(
         "loss",
         &out_t.loss.to_host(test)?,
         &out_r.loss.to_host(reference)?,
-        tolerance,
+        tol.outputs,
     ));
     let d_t = loss_fn.backward(test, &logits_t, &y_t)?;
     let d_r = loss_fn.backward(reference, &logits_r, &y_r)?;
@@ -529,12 +557,7 @@ pub fn check_training_step<T: Backend, R: Backend>(
     m_r.backward(reference, &d_r)?;
     let params_t = m_t.parameters();
     let params_r = m_r.parameters();
-    // All gradients as one vector: f32 rounding in a different order moves each by about
-    // the same relative amount, so this is the figure that exposes a wrong op.
     let (mut all_t, mut all_r) = (Vec::new(), Vec::new());
-    // The worst single parameter, with a looser bound: batch norm at a tiny batch amplifies
-    // rounding in the gradients of its scale and shift (two CPU backends that only tile
-    // their convolutions differently disagree by about 1.5e-2 on ResNet-50 here).
     let mut worst: Option<OpComparison> = None;
     for (pt, pr) in params_t.iter().zip(&params_r) {
         let mut got = vec![0.0; test.buffer_len(pt.param.grad)];
@@ -546,7 +569,7 @@ pub fn check_training_step<T: Backend, R: Backend>(
             &format!("grad {}", pt.name),
             &got,
             &want,
-            tolerance * SINGLE_PARAMETER_SLACK,
+            tol.single_parameter,
         );
         if worst.as_ref().is_none_or(|w| c.relative > w.relative) {
             worst = Some(c);
@@ -559,33 +582,10 @@ pub fn check_training_step<T: Backend, R: Backend>(
         "all gradients",
         &all_t,
         &all_r,
-        tolerance,
+        tol.all_gradients,
     ));
     results.extend(worst);
     Ok(results)
-}
-
-/// How much looser the bound on the worst single parameter's gradient is than the bound
-/// on all gradients together.
-pub const SINGLE_PARAMETER_SLACK: f64 = 50.0;
-
-/// Re-judges a training-step comparison against the noise floor: the disagreement of two
-/// correct f32 implementations on the same step (the CPU backend against itself with
-/// convolutions tiled differently). Deep networks at initialisation amplify rounding —
-/// ResNet-50's gradients differ by about 1e-2 between two CPU tilings — so a device
-/// passes when it is within `factor` times that floor (and never needs better than
-/// `min_tolerance`). Results and floor are matched by position, as
-/// [`check_training_step`] returns them.
-pub fn judge_against_floor(
-    results: &mut [OpComparison],
-    floor: &[OpComparison],
-    factor: f64,
-    min_tolerance: f64,
-) {
-    for (r, f) in results.iter_mut().zip(floor) {
-        r.tolerance = (f.relative * factor).max(min_tolerance);
-        r.passed = r.relative <= r.tolerance;
-    }
 }
 
 #[cfg(test)]
@@ -623,28 +623,6 @@ mod tests {
     }
 
     #[test]
-    fn the_floor_sets_each_tolerance() {
-        let mut results = vec![
-            compare("s", "logits", &[1.0], &[1.0001], 1e-9),
-            compare("s", "all gradients", &[1.0, 2.0], &[1.0, 2.1], 1e-9),
-        ];
-        let floor = vec![
-            compare("s", "logits", &[1.0], &[1.0], 0.0),
-            compare("s", "all gradients", &[1.0, 2.0], &[1.0, 2.05], 0.0),
-        ];
-        judge_against_floor(&mut results, &floor, 3.0, 1e-3);
-        assert_eq!(
-            results[0].tolerance, 1e-3,
-            "an exact floor still allows the minimum"
-        );
-        assert!(results[0].passed);
-        assert!((results[1].tolerance - 3.0 * floor[1].relative).abs() < 1e-12);
-        assert!(results[1].passed, "{:?}", results[1]);
-        judge_against_floor(&mut results, &floor, 1.0, 1e-3);
-        assert!(!results[1].passed, "twice the floor fails at factor 1");
-    }
-
-    #[test]
     fn a_wrong_op_is_caught() {
         let c = compare("op", "y", &[1.0, 2.0], &[1.0, -2.0], 1e-3);
         assert!(!c.passed);
@@ -655,8 +633,13 @@ mod tests {
     fn a_training_step_matches_across_cpu_tilings() {
         let tiled = CpuBackend::with_conv_tile_rows(5);
         let plain = CpuBackend::new();
+        let tight = StepTolerances {
+            outputs: 1e-4,
+            all_gradients: 1e-3,
+            single_parameter: 1e-2,
+        };
         let results =
-            check_training_step(&tiled, &plain, ModelChoice::ResNet20, 2, 16, 10, 1e-3).unwrap();
+            check_training_step(&tiled, &plain, ModelChoice::ResNet20, 2, 16, 10, tight).unwrap();
         assert_eq!(results.len(), 4);
         assert_eq!(results[2].output, "all gradients");
         for r in &results {

@@ -13,7 +13,8 @@ use cudarc::driver::sys;
 use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::cache::{CacheKey, KernelCache};
-use super::driver::{median_gbps, median_tflops, peer_check_pattern};
+use super::cudnn::Dnn;
+use super::driver::{median_gbps, median_tflops, peer_check_pattern, DnnConv};
 use super::driver::{
     DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, MatmulPrecision,
     Transpose,
@@ -106,6 +107,8 @@ pub struct CudaDriver {
     handles: Handles,
     gemm_lock: Mutex<()>,
     math: MathMode,
+    /// cuDNN for convolutions, when it loads (and `TINYPERF_CUDNN` is not `0`).
+    dnn: Option<Dnn>,
 }
 
 impl std::fmt::Debug for CudaDriver {
@@ -273,12 +276,26 @@ impl CudaDriver {
             },
             gemm_lock: Mutex::new(()),
             math,
+            dnn: open_dnn(stream, math),
         })
     }
 
     fn bind(&self) -> Result<(), DriverError> {
         // SAFETY: the context is retained for the driver's lifetime.
         unsafe { cu::ctx::set_current(self.handles.ctx) }.map_err(|e| call("cuCtxSetCurrent", e))
+    }
+}
+
+fn open_dnn(stream: sys::CUstream, math: MathMode) -> Option<Dnn> {
+    if std::env::var_os("TINYPERF_CUDNN").is_some_and(|v| v == "0") {
+        return None;
+    }
+    match Dnn::open(stream.cast(), math == MathMode::Tf32) {
+        Ok(dnn) => Some(dnn),
+        Err(reason) => {
+            tracing::info!(%reason, "convolutions without cuDNN");
+            None
+        }
     }
 }
 
@@ -529,6 +546,27 @@ impl GpuDriver for CudaDriver {
             .map_err(|e| call("cuStreamSynchronize", e))
     }
 
+    fn dnn_library(&self) -> Option<String> {
+        self.dnn.as_ref().map(|d| d.version.clone())
+    }
+
+    fn dnn_conv(&self, conv: &DnnConv) -> Result<bool, DriverError> {
+        let Some(dnn) = &self.dnn else {
+            return Ok(false);
+        };
+        self.bind()?;
+        dnn.run(
+            conv,
+            &|bytes| self.alloc(bytes),
+            // SAFETY: the workspace is only freed once the stream drains.
+            &|ptr| unsafe {
+                let _ = self.synchronize();
+                self.free(ptr)
+            },
+        )?;
+        Ok(true)
+    }
+
     fn host_copy_gbps(
         &self,
         to_device: bool,
@@ -752,6 +790,11 @@ impl Drop for CudaDriver {
         // drained first so no queued work refers to them.
         unsafe {
             let _ = cu::stream::synchronize(self.handles.stream);
+            if let Some(dnn) = &self.dnn {
+                dnn.close(&|ptr| {
+                    let _ = cu::free_sync(ptr.0);
+                });
+            }
             let _ = blas::cublasDestroy_v2(self.handles.blas);
             let _ = cu::module::unload(self.handles.module);
             let _ = cu::stream::destroy(self.handles.stream);

@@ -139,6 +139,29 @@ impl Gemm {
     }
 }
 
+/// Which pass of a convolution a DNN library runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnnConvOp {
+    /// y := conv(x, w).
+    Forward,
+    /// x := convᵀ(y, w): the input gradient from the output gradient.
+    BackwardData,
+    /// w := x ⋆ y: the filter gradient.
+    BackwardFilter,
+}
+
+/// One convolution through the vendor's DNN library: NHWC activations, weights in
+/// output-channel-major order `[out_c, kernel_h, kernel_w, in_c]`. For the backward
+/// passes `y` holds the output gradient and `x` or `w` receives the result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DnnConv {
+    pub op: DnnConvOp,
+    pub shape: crate::engine::backend::Conv2dParams,
+    pub x: DevicePtr,
+    pub w: DevicePtr,
+    pub y: DevicePtr,
+}
+
 /// Operand precision of a matmul throughput measurement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -304,6 +327,18 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
         bytes: usize,
         repeats: usize,
     ) -> Result<f64, DriverError>;
+
+    /// The vendor DNN library convolutions go through (`cuDNN 9.1.0`), if any.
+    fn dnn_library(&self) -> Option<String> {
+        None
+    }
+
+    /// Runs `conv` through the DNN library; `Ok(false)` when the driver has none, and the
+    /// caller computes it another way.
+    fn dnn_conv(&self, conv: &DnnConv) -> Result<bool, DriverError> {
+        let _ = conv;
+        Ok(false)
+    }
 
     /// Milliseconds of device time that `work` enqueues, measured with device events.
     fn time_ms(

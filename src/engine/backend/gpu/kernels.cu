@@ -240,6 +240,30 @@ KERNEL void col2im(const float* dcol, float* dx, int first_image, int images, in
     }
 }
 
+// Filter layouts for DNN libraries: HWIO [s, cin, cout] (s = kh·kw) to OHWI
+// [cout, s, cin] and back. One thread per element, under 2^31 elements.
+KERNEL void hwio_to_ohwi(const float* src, float* dst, int spatial, int cin, int cout) {
+    int total = spatial * cin * cout;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int ci = i % cin;
+        int t = i / cin;
+        int s = t % spatial;
+        int co = t / spatial;
+        dst[i] = src[(s * cin + ci) * cout + co];
+    }
+}
+
+KERNEL void ohwi_to_hwio(const float* src, float* dst, int spatial, int cin, int cout) {
+    int total = spatial * cin * cout;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int co = i % cout;
+        int t = i / cout;
+        int ci = t % cin;
+        int s = t / cin;
+        dst[i] = src[(co * spatial + s) * cin + ci];
+    }
+}
+
 // ---------------------------------------------------------------- batch norm over [rows, C]
 
 // Per-channel partial sums over a slab of rows: block (32, 8) covers 32 channels; blockIdx.y

@@ -22,6 +22,7 @@ macro_rules! missing_symbols {
 
 pub mod cache;
 pub mod cuda;
+pub mod cudnn;
 pub mod driver;
 pub mod hip;
 pub mod launch;
@@ -35,7 +36,9 @@ use super::{
     CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
 };
 use crate::engine::{EngineError, Result};
-use driver::{DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, Transpose};
+use driver::{
+    DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, Transpose,
+};
 use pool::DevicePool;
 
 /// Column-buffer budget of one im2col chunk, in elements (512 MiB of f32).
@@ -82,6 +85,8 @@ pub struct GpuBackend {
     pool: Arc<DevicePool>,
     name: String,
     profile: Option<Arc<Profile>>,
+    /// Whether non-pointwise convolutions go through the driver's DNN library.
+    dnn: bool,
 }
 
 /// Device time per kernel and GEMM, gathered by synchronising around every launch: slow,
@@ -127,10 +132,12 @@ impl Profile {
 impl GpuBackend {
     pub fn new(driver: Arc<dyn GpuDriver>) -> Self {
         let name = format!("{}:{}", driver.runtime(), driver.info().ordinal);
+        let dnn = driver.dnn_library().is_some();
         GpuBackend {
             pool: DevicePool::new(driver, DEFAULT_CACHE_LIMIT_BYTES),
             name,
             profile: None,
+            dnn,
         }
     }
 
@@ -234,6 +241,35 @@ impl GpuBackend {
             return Ok(());
         }
         self.launch(kernel, launch::elementwise(n.div_ceil(4)), args)
+    }
+
+    /// Weights in the DNN library's order (output channel slowest).
+    fn weights_for_dnn(&self, p: &Conv2dParams, w: &GpuBuffer) -> Result<GpuBuffer> {
+        let out = self.alloc(p.weight_len())?;
+        dims_fit_i32("conv2d", &[p.weight_len()])?;
+        self.elementwise(
+            "hwio_to_ohwi",
+            p.weight_len(),
+            &[
+                KernelArg::Ptr(w.ptr),
+                KernelArg::Ptr(out.ptr),
+                i32_arg(p.kernel_h * p.kernel_w),
+                i32_arg(p.in_c),
+                i32_arg(p.out_c),
+            ],
+        )?;
+        Ok(out)
+    }
+
+    fn dnn_conv(&self, name: &str, conv: DnnConv) -> Result<()> {
+        self.timed(name, || {
+            match self.driver().dnn_conv(&conv).map_err(|e| self.device(e))? {
+                true => Ok(()),
+                false => Err(self.device(DriverError::InvalidArgument(
+                    "the driver lost its DNN library".into(),
+                ))),
+            }
+        })
     }
 
     fn conv_args(p: &Conv2dParams, first_image: usize, images: usize) -> Vec<KernelArg> {
@@ -430,6 +466,19 @@ impl Backend for GpuBackend {
                 beta: 0.0,
             });
         }
+        if self.dnn {
+            let w_dnn = self.weights_for_dnn(p, w)?;
+            return self.dnn_conv(
+                "cudnn forward",
+                DnnConv {
+                    op: DnnConvOp::Forward,
+                    shape: *p,
+                    x: x.ptr,
+                    w: w_dnn.ptr,
+                    y: y.ptr,
+                },
+            );
+        }
         let (chunk, col) = self.conv_chunks(p)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
@@ -483,6 +532,19 @@ impl Backend for GpuBackend {
                 alpha: 1.0,
                 beta: 0.0,
             });
+        }
+        if self.dnn {
+            let w_dnn = self.weights_for_dnn(p, w)?;
+            return self.dnn_conv(
+                "cudnn backward data",
+                DnnConv {
+                    op: DnnConvOp::BackwardData,
+                    shape: *p,
+                    x: dx.ptr,
+                    w: w_dnn.ptr,
+                    y: dy.ptr,
+                },
+            );
         }
         let (chunk, dcol) = self.conv_chunks(p)?;
         for first in (0..p.batch).step_by(chunk) {
@@ -541,6 +603,31 @@ impl Backend for GpuBackend {
                 alpha: 1.0,
                 beta: 0.0,
             });
+        }
+        if self.dnn {
+            let dw_dnn = self.alloc(p.weight_len())?;
+            self.dnn_conv(
+                "cudnn backward filter",
+                DnnConv {
+                    op: DnnConvOp::BackwardFilter,
+                    shape: *p,
+                    x: x.ptr,
+                    w: dw_dnn.ptr,
+                    y: dy.ptr,
+                },
+            )?;
+            dims_fit_i32(OP, &[p.weight_len()])?;
+            return self.elementwise(
+                "ohwi_to_hwio",
+                p.weight_len(),
+                &[
+                    KernelArg::Ptr(dw_dnn.ptr),
+                    KernelArg::Ptr(dw.ptr),
+                    i32_arg(p.kernel_h * p.kernel_w),
+                    i32_arg(p.in_c),
+                    i32_arg(p.out_c),
+                ],
+            );
         }
         let (chunk, col) = self.conv_chunks(p)?;
         for first in (0..p.batch).step_by(chunk) {

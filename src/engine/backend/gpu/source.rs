@@ -35,6 +35,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "im2col",
     "im2col_rows",
     "col2im",
+    "hwio_to_ohwi",
+    "ohwi_to_hwio",
     "bn_partial_sums",
     "bn_forward_finalize",
     "bn_eval_coefficients",
