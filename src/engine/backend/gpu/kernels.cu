@@ -282,16 +282,24 @@ KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean, 
     float a1 = 0.0f, a2 = 0.0f;
     if (c < channels) {
         float center = mode == 0 ? x[c] : mean[c];
-        for (long long r = first + threadIdx.y; r < last; r += 8) {
-            float d = x[r * channels + c] - center;
-            if (mode == 0) {
-                a1 += d;
-                a2 += d * d;
-            } else {
-                float g = dy[r * channels + c];
-                a1 += g;
-                a2 += g * d;
+        long long r = first + threadIdx.y;
+        // Four rows per iteration keep more loads in flight.
+        for (; r + 24 < last; r += 32) {
+            float d[4], g[4];
+            for (int u = 0; u < 4; ++u) {
+                d[u] = x[(r + 8 * u) * channels + c] - center;
+                g[u] = mode == 0 ? d[u] : dy[(r + 8 * u) * channels + c];
             }
+            for (int u = 0; u < 4; ++u) {
+                a1 += g[u];
+                a2 += g[u] * d[u];
+            }
+        }
+        for (; r < last; r += 8) {
+            float d = x[r * channels + c] - center;
+            float g = mode == 0 ? d : dy[r * channels + c];
+            a1 += g;
+            a2 += g * d;
         }
     }
     s1[threadIdx.y][threadIdx.x] = a1;
@@ -419,9 +427,40 @@ KERNEL void max_pool_forward(const float* x, float* y, int batch, int h, int w, 
     }
 }
 
-// Gather form of the backward: an input element takes the gradient of every window whose
-// first maximum it is, recomputed here, so no atomics are needed. Under 2^31 elements.
-KERNEL void max_pool_backward(const float* x, const float* dy, float* dx, int batch, int h,
+// The backward in two gathers, so no two threads write one address: first the position
+// (ih·W + iw) of each window's first maximum, in the CPU backend's scan order; then each
+// input element sums the gradients of the windows that chose it. Under 2^31 elements.
+KERNEL void max_pool_argmax(const float* x, int* argmax, int batch, int h, int w, int c,
+                            int kernel, int stride, int pad, int oh_n, int ow_n) {
+    int total = batch * oh_n * ow_n * c;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int ci = i % c;
+        int t = i / c;
+        int ow = t % ow_n;
+        t /= ow_n;
+        int oh = t % oh_n;
+        int n = t / oh_n;
+        const float* image = x + (long long)n * h * w * c + ci;
+        float best = -__int_as_float(0x7f800000);
+        int best_at = -1;
+        for (int kh = 0; kh < kernel; ++kh) {
+            int ih = oh * stride + kh - pad;
+            if (ih < 0 || ih >= h) continue;
+            for (int kw = 0; kw < kernel; ++kw) {
+                int iw = ow * stride + kw - pad;
+                if (iw < 0 || iw >= w) continue;
+                float v = image[(ih * w + iw) * c];
+                if (v > best || best_at < 0) {
+                    best = v;
+                    best_at = ih * w + iw;
+                }
+            }
+        }
+        argmax[i] = best_at;
+    }
+}
+
+KERNEL void max_pool_backward(const int* argmax, const float* dy, float* dx, int batch, int h,
                               int w, int c, int kernel, int stride, int pad, int oh_n,
                               int ow_n) {
     int total = batch * h * w * c;
@@ -432,7 +471,7 @@ KERNEL void max_pool_backward(const float* x, const float* dy, float* dx, int ba
         t /= w;
         int ih = t % h;
         int n = t / h;
-        const float* image = x + (long long)n * h * w * c + ci;
+        int here = ih * w + iw;
         float g = 0.0f;
         for (int kh = 0; kh < kernel; ++kh) {
             int oh_s = ih + pad - kh;
@@ -444,25 +483,8 @@ KERNEL void max_pool_backward(const float* x, const float* dy, float* dx, int ba
                 if (ow_s < 0 || ow_s % stride != 0) continue;
                 int ow = ow_s / stride;
                 if (ow >= ow_n) continue;
-                // The window's first maximum, in the same scan order as the CPU backend.
-                float best = -__int_as_float(0x7f800000);
-                int best_h = -1, best_w = -1;
-                for (int wh = 0; wh < kernel; ++wh) {
-                    int yh = oh * stride + wh - pad;
-                    if (yh < 0 || yh >= h) continue;
-                    for (int ww = 0; ww < kernel; ++ww) {
-                        int yw = ow * stride + ww - pad;
-                        if (yw < 0 || yw >= w) continue;
-                        float v = image[(yh * w + yw) * c];
-                        if (v > best || best_h < 0) {
-                            best = v;
-                            best_h = yh;
-                            best_w = yw;
-                        }
-                    }
-                }
-                if (best_h == ih && best_w == iw)
-                    g += dy[(((long long)n * oh_n + oh) * ow_n + ow) * c + ci];
+                int o = ((n * oh_n + oh) * ow_n + ow) * c + ci;
+                if (argmax[o] == here) g += dy[o];
             }
         }
         dx[i] = g;

@@ -884,25 +884,30 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "dy", dy, p.output_len())?;
         self.check(OP, "dx", dx, p.input_len())?;
-        dims_fit_i32(OP, &[p.input_len()])?;
-        self.elementwise(
-            "max_pool_backward",
-            p.input_len(),
-            &[
-                KernelArg::Ptr(x.ptr),
-                KernelArg::Ptr(dy.ptr),
-                KernelArg::Ptr(dx.ptr),
-                i32_arg(p.batch),
-                i32_arg(p.in_h),
-                i32_arg(p.in_w),
-                i32_arg(p.channels),
-                i32_arg(p.kernel),
-                i32_arg(p.stride),
-                i32_arg(p.padding),
-                i32_arg(p.out_h()),
-                i32_arg(p.out_w()),
-            ],
-        )
+        dims_fit_i32(OP, &[p.input_len(), p.output_len()])?;
+        let shape_args = [
+            i32_arg(p.batch),
+            i32_arg(p.in_h),
+            i32_arg(p.in_w),
+            i32_arg(p.channels),
+            i32_arg(p.kernel),
+            i32_arg(p.stride),
+            i32_arg(p.padding),
+            i32_arg(p.out_h()),
+            i32_arg(p.out_w()),
+        ];
+        // One i32 per window, held in an f32-sized buffer.
+        let argmax = self.alloc(p.output_len())?;
+        let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(argmax.ptr)];
+        args.extend(shape_args);
+        self.elementwise("max_pool_argmax", p.output_len(), &args)?;
+        let mut args = vec![
+            KernelArg::Ptr(argmax.ptr),
+            KernelArg::Ptr(dy.ptr),
+            KernelArg::Ptr(dx.ptr),
+        ];
+        args.extend(shape_args);
+        self.elementwise("max_pool_backward", p.input_len(), &args)
     }
 
     fn global_avg_pool_forward(

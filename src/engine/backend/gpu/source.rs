@@ -44,6 +44,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "bn_backward_finalize",
     "bn_backward_dx",
     "max_pool_forward",
+    "max_pool_argmax",
     "max_pool_backward",
     "global_avg_forward",
     "global_avg_backward",
