@@ -12,7 +12,7 @@ DEBUG_BIN := target/debug/tinyperf
 # venv for mlperf-logging's checkers (installed from PyPI into .venv); the build packages come first.
 TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv
 
-.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-venv install image image-test clean
+.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-venv gpu-check install image image-test clean
 
 all: build
 
@@ -65,6 +65,11 @@ lint: build
 ## Speed figures, each beside its reference in the same run: the CPU GEMM stage beside the
 ## CPU's peak, HTTP status latency under 50 clients, the JPEG loader beside Pillow, and ResNet
 ## training beside PyTorch (a venv with torch is made once in $(BENCH_VENV)).
+## On a machine with an NVIDIA or AMD GPU: every kernel and a training step against the CPU
+## backend, GEMM TFLOPS, ResNet-50 throughput, and PyTorch's figures when it is installed.
+gpu-check: release
+	scripts/gpu-check.sh $(RELEASE_BIN) out/gpu-check
+
 BENCH_VENV ?= .venv-bench
 bench: release bench-venv
 	scripts/bench-gemm.sh $(RELEASE_BIN)
