@@ -51,7 +51,7 @@ struct DeviceReport {
 #[derive(Debug, Serialize)]
 struct MatmulFigure {
     precision: MatmulPrecision,
-    /// How f32 matmuls ran: `tf32` tensor cores or `strict` f32.
+    /// How the matmul ran: `fp16` operands, f32 on `tf32` tensor cores, or `strict` f32.
     mode: &'static str,
     n: usize,
     tflops: f64,
