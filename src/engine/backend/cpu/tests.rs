@@ -81,50 +81,94 @@ fn backends() -> Vec<(&'static str, CpuBackend)> {
     ]
 }
 
+/// Runs the three convolution ops of every backend on `p` against f64 loops.
+fn check_conv_against_loops(p: Conv2dParams, backends: &[(&str, CpuBackend)]) {
+    let x = uniform(p.input_len(), 1, -1.0, 1.0);
+    let w = uniform(p.weight_len(), 2, -1.0, 1.0);
+    let dy = uniform(p.output_len(), 3, -1.0, 1.0);
+    let mut y_ref = vec![0.0f64; p.output_len()];
+    let mut dx_ref = vec![0.0f64; p.input_len()];
+    let mut dw_ref = vec![0.0f64; p.weight_len()];
+    for_each_tap(&p, |xi, wi, yi| {
+        y_ref[yi] += x[xi] as f64 * w[wi] as f64;
+        dx_ref[xi] += dy[yi] as f64 * w[wi] as f64;
+        dw_ref[wi] += dy[yi] as f64 * x[xi] as f64;
+    });
+    for (label, b) in backends {
+        let name = format!("{p:?} with {label}");
+        let (xb, wb, dyb) = (
+            b.upload(&x).unwrap(),
+            b.upload(&w).unwrap(),
+            b.upload(&dy).unwrap(),
+        );
+        // Garbage in the outputs proves every op overwrites rather than accumulates.
+        let mut y = b.upload(&vec![7.0; p.output_len()]).unwrap();
+        let mut dx = b.upload(&vec![7.0; p.input_len()]).unwrap();
+        let mut dw = b.upload(&vec![7.0; p.weight_len()]).unwrap();
+        b.conv2d_forward(&p, &xb, &wb, &mut y).unwrap();
+        b.conv2d_backward_data(&p, &dyb, &wb, &mut dx).unwrap();
+        b.conv2d_backward_filter(&p, &xb, &dyb, &mut dw).unwrap();
+        assert_values_close(&format!("forward {name}"), y.as_slice(), &y_ref, 1e-5, 1e-5);
+        assert_values_close(
+            &format!("backward data {name}"),
+            dx.as_slice(),
+            &dx_ref,
+            1e-5,
+            1e-5,
+        );
+        assert_values_close(
+            &format!("backward filter {name}"),
+            dw.as_slice(),
+            &dw_ref,
+            1e-5,
+            1e-5,
+        );
+    }
+}
+
 #[test]
 fn conv_forward_and_both_backwards_match_direct_loops() {
     for p in conv_cases() {
-        let x = uniform(p.input_len(), 1, -1.0, 1.0);
-        let w = uniform(p.weight_len(), 2, -1.0, 1.0);
-        let dy = uniform(p.output_len(), 3, -1.0, 1.0);
-        let mut y_ref = vec![0.0f64; p.output_len()];
-        let mut dx_ref = vec![0.0f64; p.input_len()];
-        let mut dw_ref = vec![0.0f64; p.weight_len()];
-        for_each_tap(&p, |xi, wi, yi| {
-            y_ref[yi] += x[xi] as f64 * w[wi] as f64;
-            dx_ref[xi] += dy[yi] as f64 * w[wi] as f64;
-            dw_ref[wi] += dy[yi] as f64 * x[xi] as f64;
-        });
-        for (label, b) in backends() {
-            let name = format!("{p:?} with {label}");
-            let (xb, wb, dyb) = (
-                b.upload(&x).unwrap(),
-                b.upload(&w).unwrap(),
-                b.upload(&dy).unwrap(),
-            );
-            // Garbage in the outputs proves every op overwrites rather than accumulates.
-            let mut y = b.upload(&vec![7.0; p.output_len()]).unwrap();
-            let mut dx = b.upload(&vec![7.0; p.input_len()]).unwrap();
-            let mut dw = b.upload(&vec![7.0; p.weight_len()]).unwrap();
-            b.conv2d_forward(&p, &xb, &wb, &mut y).unwrap();
-            b.conv2d_backward_data(&p, &dyb, &wb, &mut dx).unwrap();
-            b.conv2d_backward_filter(&p, &xb, &dyb, &mut dw).unwrap();
-            assert_values_close(&format!("forward {name}"), y.as_slice(), &y_ref, 1e-5, 1e-5);
-            assert_values_close(
-                &format!("backward data {name}"),
-                dx.as_slice(),
-                &dx_ref,
-                1e-5,
-                1e-5,
-            );
-            assert_values_close(
-                &format!("backward filter {name}"),
-                dw.as_slice(),
-                &dw_ref,
-                1e-5,
-                1e-5,
-            );
-        }
+        check_conv_against_loops(p, &backends());
+    }
+}
+
+/// Shapes of the direct kernels: 1 to 4 vectors of output channels, input channels that
+/// are not multiples of 8, strides 1 and 2, no padding, 1×1 to 7×7 kernels, and rows
+/// whose width leaves every tail block size (16 + 4 + 2 + 1 = 23).
+fn narrow_conv_cases() -> Vec<Conv2dParams> {
+    vec![
+        conv(3, 7, 9, 16, 16, 3, 1, 1),
+        conv(1, 5, 23, 16, 16, 3, 1, 1),
+        conv(2, 9, 7, 13, 32, 3, 2, 1),
+        conv(2, 8, 8, 3, 48, 3, 1, 1),
+        conv(2, 6, 5, 32, 64, 1, 2, 0),
+        conv(2, 5, 7, 48, 16, 3, 1, 0),
+        conv(1, 11, 10, 16, 64, 5, 1, 2),
+        conv(2, 9, 9, 20, 16, 7, 2, 3),
+        conv(2, 6, 11, 64, 32, 3, 1, 1),
+    ]
+}
+
+#[test]
+fn direct_convolutions_match_direct_loops_and_the_gemm_path() {
+    let avx512 = direct_conv::cpu_has_avx512();
+    for p in narrow_conv_cases() {
+        // On an AVX-512 CPU these shapes must really take the direct kernels.
+        assert_eq!(direct_conv::supports(&p), avx512, "{p:?}");
+        let data_direct = p.stride == 1 && p.in_c % 16 == 0 && p.in_c <= 64;
+        assert_eq!(
+            direct_conv::supports_backward_data(&p),
+            avx512 && data_direct,
+            "{p:?}"
+        );
+        check_conv_against_loops(
+            p,
+            &[
+                ("direct kernels", CpuBackend::new()),
+                ("GEMM only", CpuBackend::with_gemm_convolutions()),
+            ],
+        );
     }
 }
 
