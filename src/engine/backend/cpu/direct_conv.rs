@@ -106,16 +106,33 @@ impl Geometry {
         self.kw * self.cin
     }
 
-    /// Copies one NHWC image into `padded` with a zero border of `pad` pixels.
+    /// Copies one NHWC image into `padded` with a zero border of `pad` pixels; only the
+    /// border is cleared, as the copy overwrites the rest.
     fn pad_image(&self, image: &[f32], padded: &mut [f32]) {
         let row = self.in_w * self.cin;
         let padded_row = self.pw * self.cin;
         let left = self.pad * self.cin;
-        padded.fill(0.0);
+        let top = self.pad * padded_row;
+        padded[..top].fill(0.0);
+        padded[top + self.in_h * padded_row..].fill(0.0);
         for (ih, src) in image.chunks_exact(row).enumerate() {
-            let start = (ih + self.pad) * padded_row + left;
-            padded[start..start + row].copy_from_slice(src);
+            let start = top + ih * padded_row;
+            padded[start..start + left].fill(0.0);
+            padded[start + left..start + left + row].copy_from_slice(src);
+            padded[start + left + row..start + padded_row].fill(0.0);
         }
+    }
+
+    /// Runs `f` on the image as the kernels read it: the image itself when there is no
+    /// padding, else its zero-padded copy in this thread's scratch.
+    fn with_padded<R>(&self, image: &[f32], f: impl FnOnce(&[f32]) -> R) -> R {
+        if self.pad == 0 {
+            return f(image);
+        }
+        with_scratch(self.padded_len(), |padded| {
+            self.pad_image(image, padded);
+            f(padded)
+        })
     }
 }
 
@@ -169,9 +186,8 @@ fn forward_unchecked(p: &Conv2dParams, x: &[f32], w: &[f32], y: &mut [f32]) {
     y.par_chunks_mut(g.out_image_len())
         .zip(x.par_chunks(g.image_len()))
         .for_each(|(y_image, x_image)| {
-            with_scratch(g.padded_len(), |padded| {
-                g.pad_image(x_image, padded);
-                kernels::forward_image(&g, padded, w, y_image);
+            g.with_padded(x_image, |padded| {
+                kernels::forward_image(&g, padded, w, y_image)
             });
         });
 }
@@ -194,13 +210,13 @@ pub fn backward_filter(p: &Conv2dParams, x: &[f32], dy: &[f32], dw: &mut [f32]) 
         target.fill(0.0);
         let first = (s * per_share).min(p.batch);
         let last = ((s + 1) * per_share).min(p.batch);
-        with_scratch(g.padded_len(), |padded| {
-            for n in first..last {
-                g.pad_image(&x[n * g.image_len()..(n + 1) * g.image_len()], padded);
-                let dy_image = &dy[n * g.out_image_len()..(n + 1) * g.out_image_len()];
-                kernels::filter_image(&g, padded, dy_image, target);
-            }
-        });
+        for n in first..last {
+            let x_image = &x[n * g.image_len()..(n + 1) * g.image_len()];
+            let dy_image = &dy[n * g.out_image_len()..(n + 1) * g.out_image_len()];
+            g.with_padded(x_image, |padded| {
+                kernels::filter_image(&g, padded, dy_image, target)
+            });
+        }
     });
     for part in &partials {
         dw.iter_mut().zip(part).for_each(|(d, s)| *d += s);
@@ -238,6 +254,10 @@ mod kernels {
         }
     }
 
+    /// Weight bytes one pass over an image's output uses: small enough to stay in L1
+    /// while every pixel block of the image streams past it.
+    const WEIGHT_CHUNK_BYTES: usize = 16 << 10;
+
     pub fn forward_image(g: &Geometry, padded: &[f32], w: &[f32], y_image: &mut [f32]) {
         assert!(padded.len() >= g.padded_len());
         assert!(w.len() >= g.kh * g.row_taps() * g.cout);
@@ -245,13 +265,37 @@ mod kernels {
         assert!((g.out_h - 1) * g.stride + g.kh <= g.in_h + 2 * g.pad);
         assert!((g.out_w - 1) * g.stride + g.kw <= g.pw);
         let v = g.cout / LANES;
-        for oh in 0..g.out_h {
-            blocks(g.out_w, FORWARD_BLOCK[v], |ow, r| {
-                // SAFETY: the asserts above bound every pixel, tap and weight the block
-                // reads and every output it writes; the CPU has AVX-512 (`supports`).
-                unsafe { forward_block_dispatch(g, v, r, padded, w, y_image, oh, ow) }
-            });
+        // Wide layers' weights overflow L1: split the taps into chunks, each one pass over
+        // the image's output that adds its share to what the previous passes stored.
+        let total = g.kh * g.row_taps();
+        let max_chunk = (WEIGHT_CHUNK_BYTES / (g.cout * 4)).max(1);
+        let chunk = total.div_ceil(total.div_ceil(max_chunk));
+        let mut first = 0;
+        while first < total {
+            let taps = first..(first + chunk).min(total);
+            for oh in 0..g.out_h {
+                blocks(g.out_w, FORWARD_BLOCK[v], |ow, r| {
+                    let at = Block {
+                        oh,
+                        ow,
+                        taps: taps.clone(),
+                    };
+                    // SAFETY: the asserts above bound every pixel, tap and weight the
+                    // block reads and every output it writes; the CPU has AVX-512
+                    // (`supports`).
+                    unsafe { forward_block_dispatch(g, v, r, padded, w, y_image, at) }
+                });
+            }
+            first = taps.end;
         }
+    }
+
+    /// Where a forward block works: output row `oh` from column `ow`, over the taps
+    /// `taps` (indices into the `KH·KW·Cin` rows of the weights).
+    struct Block {
+        oh: usize,
+        ow: usize,
+        taps: std::ops::Range<usize>,
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -262,43 +306,61 @@ mod kernels {
         padded: &[f32],
         w: &[f32],
         y: &mut [f32],
-        oh: usize,
-        ow: usize,
+        at: Block,
     ) {
+        // Full blocks of the common pixel steps get the step as a constant, so the block's
+        // pixels are one base register plus constant offsets instead of a register each.
+        let step = g.stride * g.cin;
         macro_rules! go {
-            ($v:literal, $($r:literal),*) => {
-                match r {
-                    $($r => forward_block::<$v, $r>(g, padded, w, y, oh, ow),)*
-                    _ => forward_block::<$v, 1>(g, padded, w, y, oh, ow),
+            ($v:literal, $full:literal, [$($step:literal),*], $($r:literal),*) => {
+                match (r, step) {
+                    $(($full, $step) => forward_block::<$v, $full, $step>(g, padded, w, y, at),)*
+                    $(($r, _) => forward_block::<$v, $r, 0>(g, padded, w, y, at),)*
+                    _ => forward_block::<$v, 1, 0>(g, padded, w, y, at),
                 }
             };
         }
         match v {
-            1 => go!(1, 16, 8, 4, 2, 1),
-            2 => go!(2, 8, 4, 2, 1),
-            3 => go!(3, 8, 4, 2, 1),
-            _ => go!(4, 4, 2, 1),
+            1 => go!(1, 16, [3, 6, 16, 32, 64], 16, 8, 4, 2, 1),
+            2 => go!(2, 8, [16, 32, 64], 8, 4, 2, 1),
+            3 => go!(3, 8, [16, 32, 64], 8, 4, 2, 1),
+            _ => go!(4, 4, [16, 32, 64, 128], 4, 2, 1),
         }
     }
 
-    /// `R` output pixels of row `oh` from column `ow`, all `V` output vectors.
+    /// `R` output pixels from `at`, all `V` output vectors, over the taps of `at`: stored
+    /// when they start at tap 0, added to the stored partial sums otherwise. `STEP` is
+    /// the distance between the block's pixels in floats (`stride·Cin`), or 0 to read it
+    /// from `g`.
     #[target_feature(enable = "avx512f")]
-    unsafe fn forward_block<const V: usize, const R: usize>(
+    unsafe fn forward_block<const V: usize, const R: usize, const STEP: usize>(
         g: &Geometry,
         padded: &[f32],
         w: &[f32],
         y: &mut [f32],
-        oh: usize,
-        ow: usize,
+        at: Block,
     ) {
+        let yp = y.as_mut_ptr().add((at.oh * g.out_w + at.ow) * g.cout);
         let mut acc = [[_mm512_setzero_ps(); V]; R];
+        if at.taps.start > 0 {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_loadu_ps(yp.add(r * g.cout + i * LANES));
+                }
+            }
+        }
         let taps = g.row_taps();
-        let pixel_step = g.stride * g.cin;
+        let pixel_step = if STEP == 0 { g.stride * g.cin } else { STEP };
         let x_base = padded.as_ptr();
-        for kh in 0..g.kh {
-            let x_row = x_base.add(((oh * g.stride + kh) * g.pw + ow * g.stride) * g.cin);
+        let mut t = at.taps.start;
+        while t < at.taps.end {
+            // The taps of one kernel row are contiguous in the padded input.
+            let kh = t / taps;
+            let j0 = t - kh * taps;
+            let j1 = taps.min(j0 + at.taps.end - t);
+            let x_row = x_base.add(((at.oh * g.stride + kh) * g.pw + at.ow * g.stride) * g.cin);
             let w_row = w.as_ptr().add(kh * taps * g.cout);
-            for j in 0..taps {
+            for j in j0..j1 {
                 let wp = w_row.add(j * g.cout);
                 let mut wv = [_mm512_setzero_ps(); V];
                 for (i, wv) in wv.iter_mut().enumerate() {
@@ -312,8 +374,8 @@ mod kernels {
                     }
                 }
             }
+            t += j1 - j0;
         }
-        let yp = y.as_mut_ptr().add((oh * g.out_w + ow) * g.cout);
         for (r, acc) in acc.iter().enumerate() {
             for (i, &a) in acc.iter().enumerate() {
                 _mm512_storeu_ps(yp.add(r * g.cout + i * LANES), a);
