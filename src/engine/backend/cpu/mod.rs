@@ -3,6 +3,7 @@
 //! convolutions for narrow layers where the CPU has AVX-512.
 
 mod batchnorm;
+mod batchnorm_avx512;
 mod buffer;
 mod conv;
 mod direct_conv;

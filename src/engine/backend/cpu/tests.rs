@@ -296,6 +296,100 @@ fn batch_norm_training_normalises_and_updates_running_stats_like_pytorch() {
     );
 }
 
+/// Channel counts of whole 16-lane vectors take the AVX-512 loops where the CPU has
+/// them: an odd row count leaves a partial chunk and a partial f32 block.
+#[test]
+fn batch_norm_on_whole_vectors_of_channels_matches_f64_formulas() {
+    let b = CpuBackend::new();
+    for c in [16, 48] {
+        let rows = 1301;
+        let x = uniform(rows * c, 11, 2.0, 5.0);
+        let dy = uniform(rows * c, 12, -1.0, 1.0);
+        let gamma = uniform(c, 13, 0.5, 2.0);
+        let beta = uniform(c, 14, -1.0, 1.0);
+        let p = BatchNormParams {
+            rows,
+            channels: c,
+            eps: 1e-5,
+            momentum: 0.1,
+        };
+        let mut bn = BatchNormBuffers {
+            gamma: b.upload(&gamma).unwrap(),
+            beta: b.upload(&beta).unwrap(),
+            running_mean: b.zeros(c).unwrap(),
+            running_var: b.upload(&vec![1.0; c]).unwrap(),
+        };
+        let mut saved = BatchNormSaved {
+            mean: b.zeros(c).unwrap(),
+            inv_std: b.zeros(c).unwrap(),
+        };
+        let xb = b.upload(&x).unwrap();
+        let mut y = b.upload(&vec![7.0; rows * c]).unwrap();
+        b.batch_norm_forward_train(&p, &xb, &mut bn, &mut saved, &mut y)
+            .unwrap();
+        let (mean, var) = bn_reference(&x, rows, c);
+        let inv_std: Vec<f64> = var.iter().map(|v| 1.0 / (v + 1e-5).sqrt()).collect();
+        let xhat = |i: usize| (x[i] as f64 - mean[i % c]) * inv_std[i % c];
+        let y_ref: Vec<f64> = (0..rows * c)
+            .map(|i| xhat(i) * gamma[i % c] as f64 + beta[i % c] as f64)
+            .collect();
+        assert_values_close(
+            &format!("y, {c} channels"),
+            y.as_slice(),
+            &y_ref,
+            1e-5,
+            1e-5,
+        );
+        assert_values_close("saved mean", saved.mean.as_slice(), &mean, 1e-6, 1e-6);
+        assert_values_close(
+            "saved inv_std",
+            saved.inv_std.as_slice(),
+            &inv_std,
+            1e-5,
+            1e-5,
+        );
+
+        let mut dbeta = vec![0.0f64; c];
+        let mut dgamma = vec![0.0f64; c];
+        for i in 0..rows * c {
+            dbeta[i % c] += dy[i] as f64;
+            dgamma[i % c] += dy[i] as f64 * xhat(i);
+        }
+        let dx_ref: Vec<f64> = (0..rows * c)
+            .map(|i| {
+                let k = i % c;
+                gamma[k] as f64
+                    * inv_std[k]
+                    * (dy[i] as f64 - dbeta[k] / rows as f64 - xhat(i) * dgamma[k] / rows as f64)
+            })
+            .collect();
+        let mut dx = b.upload(&vec![7.0; rows * c]).unwrap();
+        let mut grads = BatchNormGrads {
+            gamma: b.upload(&vec![7.0; c]).unwrap(),
+            beta: b.upload(&vec![7.0; c]).unwrap(),
+        };
+        b.batch_norm_backward(
+            &p,
+            &xb,
+            &b.upload(&dy).unwrap(),
+            &bn.gamma,
+            &saved,
+            &mut dx,
+            &mut grads,
+        )
+        .unwrap();
+        assert_values_close(
+            &format!("dx, {c} channels"),
+            dx.as_slice(),
+            &dx_ref,
+            1e-4,
+            1e-5,
+        );
+        assert_values_close("dgamma", grads.gamma.as_slice(), &dgamma, 1e-5, 1e-5);
+        assert_values_close("dbeta", grads.beta.as_slice(), &dbeta, 1e-5, 1e-5);
+    }
+}
+
 #[test]
 fn max_pool_and_global_average_pool_match_direct_loops() {
     let b = CpuBackend::new();
