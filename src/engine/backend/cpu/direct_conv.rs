@@ -1,4 +1,4 @@
-//! Direct convolutions for narrow layers (16 to 64 output channels) on AVX-512.
+//! Direct convolutions for narrow layers (up to 64 channels in and out) on AVX-512.
 //!
 //! At these widths an im2col GEMM spends most of its time copying and packing: the GEMM's
 //! micro-kernel is only one vector wide and the im2col tile is rewritten for every tile.
@@ -40,18 +40,29 @@ pub(super) fn cpu_has_avx512() -> bool {
     }
 }
 
-/// Whether the forward and filter-gradient kernels handle `p`.
-pub fn supports(p: &Conv2dParams) -> bool {
-    vectors(p.out_c).is_some() && cpu_has_avx512()
+/// Whether the forward kernel handles `p`: 16 to 64 channels on both sides (wider
+/// layers run faster as GEMMs, whose packing then pays off).
+pub fn supports_forward(p: &Conv2dParams) -> bool {
+    vectors(p.out_c).is_some() && p.in_c <= MAX_VECTORS * LANES && cpu_has_avx512()
 }
 
-/// Whether the data-gradient kernel handles `p`: a stride-1 square kernel whose input
-/// channels fit the kernels, so the data gradient is itself a direct convolution.
+/// Output image bytes up to which the filter gradient stays direct: its kernel rereads
+/// one image's output gradient once per block of taps, so that must stay in L2.
+const FILTER_MAX_OUT_IMAGE_BYTES: usize = 1 << 20;
+
+/// Whether the filter-gradient kernel handles `p`.
+pub fn supports_filter(p: &Conv2dParams) -> bool {
+    supports_forward(p) && p.out_h() * p.out_w() * p.out_c * 4 <= FILTER_MAX_OUT_IMAGE_BYTES
+}
+
+/// Whether the data-gradient kernel handles `p`: a stride-1 square kernel whose
+/// transposed convolution (input and output channels swapped) the forward handles.
 pub fn supports_backward_data(p: &Conv2dParams) -> bool {
     p.stride == 1
         && p.kernel_h == p.kernel_w
         && p.padding < p.kernel_h
         && vectors(p.in_c).is_some()
+        && p.out_c <= MAX_VECTORS * LANES
         && cpu_has_avx512()
 }
 
@@ -139,7 +150,7 @@ impl Geometry {
 /// `y := conv(x, w)`; lengths already validated. `false` (and nothing written) when the
 /// shape or CPU is not handled.
 pub fn forward(p: &Conv2dParams, x: &[f32], w: &[f32], y: &mut [f32]) -> bool {
-    if !supports(p) {
+    if !supports_forward(p) {
         return false;
     }
     forward_unchecked(p, x, w, y);
@@ -195,7 +206,7 @@ fn forward_unchecked(p: &Conv2dParams, x: &[f32], w: &[f32], y: &mut [f32]) {
 /// `dw := Σ_images x ⋆ dy`; lengths already validated. Each thread sums a contiguous
 /// share of the images into its own partial, then the partials are added.
 pub fn backward_filter(p: &Conv2dParams, x: &[f32], dy: &[f32], dw: &mut [f32]) -> bool {
-    if !supports(p) {
+    if !supports_filter(p) {
         return false;
     }
     let g = Geometry::new(p);
@@ -282,7 +293,7 @@ mod kernels {
                     };
                     // SAFETY: the asserts above bound every pixel, tap and weight the
                     // block reads and every output it writes; the CPU has AVX-512
-                    // (`supports`).
+                    // (`supports_forward`).
                     unsafe { forward_block_dispatch(g, v, r, padded, w, y_image, at) }
                 });
             }
@@ -468,7 +479,7 @@ mod kernels {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod kernels {
-    //! Never reached: `supports` is false off x86-64.
+    //! Never reached: every `supports_*` is false off x86-64.
     use super::Geometry;
 
     pub fn forward_image(_: &Geometry, _: &[f32], _: &[f32], _: &mut [f32]) {}

@@ -155,8 +155,9 @@ fn direct_convolutions_match_direct_loops_and_the_gemm_path() {
     let avx512 = direct_conv::cpu_has_avx512();
     for p in narrow_conv_cases() {
         // On an AVX-512 CPU these shapes must really take the direct kernels.
-        assert_eq!(direct_conv::supports(&p), avx512, "{p:?}");
-        let data_direct = p.stride == 1 && p.in_c % 16 == 0 && p.in_c <= 64;
+        assert_eq!(direct_conv::supports_forward(&p), avx512, "{p:?}");
+        assert_eq!(direct_conv::supports_filter(&p), avx512, "{p:?}");
+        let data_direct = p.stride == 1 && p.in_c % 16 == 0 && p.in_c <= 64 && p.out_c <= 64;
         assert_eq!(
             direct_conv::supports_backward_data(&p),
             avx512 && data_direct,
@@ -170,6 +171,20 @@ fn direct_convolutions_match_direct_loops_and_the_gemm_path() {
             ],
         );
     }
+    // Wide layers stay GEMMs: more than 64 channels in or out, or (for the filter
+    // gradient) an output image too large to reread from L2.
+    assert!(!direct_conv::supports_forward(&conv(
+        1, 8, 8, 128, 64, 3, 1, 1
+    )));
+    assert!(!direct_conv::supports_forward(&conv(
+        1, 8, 8, 64, 128, 3, 1, 1
+    )));
+    assert!(!direct_conv::supports_backward_data(&conv(
+        1, 8, 8, 64, 256, 1, 1, 0
+    )));
+    let stem = conv(1, 224, 224, 3, 64, 7, 2, 3);
+    assert_eq!(direct_conv::supports_forward(&stem), avx512);
+    assert!(!direct_conv::supports_filter(&stem));
 }
 
 #[test]
