@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         Command::Runs(args) => runtime().and_then(|rt| rt.block_on(client::runs(&args))),
         Command::Show(args) => runtime().and_then(|rt| rt.block_on(client::show(&args))),
         Command::Dataset(command) => tinyperf::cli::dataset::main(&command),
+        Command::Gpu(command) => tinyperf::cli::gpu::main(&command),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -37,6 +37,46 @@ pub enum Command {
     /// Generate, check or measure a training dataset.
     #[command(subcommand)]
     Dataset(DatasetCommand),
+    /// Check and measure the GPU backends on this machine's GPUs.
+    #[command(subcommand)]
+    Gpu(GpuCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GpuCommand {
+    /// Every kernel and one training step against the CPU backend, then GEMM TFLOPS and
+    /// ResNet-50 training throughput, on each GPU.
+    Check(GpuCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuCheckArgs {
+    /// `auto`, `cuda` or `hip`.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Check only this device (default: every device).
+    #[arg(long)]
+    pub device: Option<usize>,
+    /// ResNet-50 training throughput batch per GPU.
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Timed training steps (after the warm-up steps).
+    #[arg(long, default_value_t = 10)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Side of the square matrices of the GEMM measurement.
+    #[arg(long, default_value_t = 8192)]
+    pub gemm_size: usize,
+    /// Skip the throughput measurements (correctness checks only).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also time every kernel and GEMM of one training step (synchronising per launch).
+    #[arg(long)]
+    pub profile: bool,
+    /// Also write the full report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,6 +184,10 @@ pub struct RunArgs {
     /// Train on this dataset folder in ImageNet layout (the `dataset` option).
     #[arg(long, value_name = "DIR")]
     pub dataset: Option<PathBuf>,
+    /// Compute backend: `auto` (the best found), `cpu`, `cuda` or `hip` (the `backend`
+    /// option). A GPU backend the machine cannot run stops the run with the reason.
+    #[arg(long, value_name = "BACKEND")]
+    pub backend: Option<String>,
     /// Stop training at this top-1 accuracy (the `target_accuracy` option).
     #[arg(long, value_name = "FRACTION")]
     pub target_accuracy: Option<f64>,
@@ -168,9 +212,23 @@ pub struct RunArgs {
     /// Judge the box as this SKU instead of recognising it.
     #[arg(long)]
     pub sku: Option<String>,
+    /// Seconds between telemetry samples (power, temperatures, clocks) while a stage runs.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub telemetry_interval: f64,
 }
 
 impl RunArgs {
+    /// The telemetry interval, between 10 ms and one minute.
+    pub fn telemetry_interval(&self) -> Result<std::time::Duration, crate::cli::UsageError> {
+        let seconds = self.telemetry_interval;
+        if !(0.01..=60.0).contains(&seconds) {
+            return Err(crate::cli::UsageError(format!(
+                "--telemetry-interval must be between 0.01 and 60 seconds, not {seconds}"
+            )));
+        }
+        Ok(std::time::Duration::from_secs_f64(seconds))
+    }
+
     /// The suite named positionally or by `--suite`, `acceptance` by default.
     pub fn suite_name(&self) -> Result<String, String> {
         match (&self.suite, &self.suite_flag) {

@@ -3,6 +3,7 @@
 pub mod args;
 pub mod client;
 pub mod dataset;
+pub mod gpu;
 
 /// A mistake in how tinyperf was called, reported with exit status 2.
 #[derive(Debug, thiserror::Error)]

@@ -15,6 +15,7 @@ pub mod layers;
 pub mod mllog;
 pub mod model;
 pub mod optim;
+pub mod parallel;
 pub mod recipe;
 pub mod rng;
 pub mod schedule;

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Runs `call`, turning a panic into its message.
-pub(super) fn catch<T>(call: impl FnOnce() -> T) -> Result<T, String> {
+pub(crate) fn catch<T>(call: impl FnOnce() -> T) -> Result<T, String> {
     catch_unwind(AssertUnwindSafe(call)).map_err(|payload| panic_message(payload.as_ref()))
 }
 

@@ -1,4 +1,5 @@
-//! GPU runtimes opened at run time: CUDA (cudarc), HIP (rocmrc), NVML.
+//! GPU runtimes opened at run time: CUDA (cudarc), HIP (rocmrc), NVML; and the
+//! telemetry sampled from NVML and hwmon while a run goes.
 //!
 //! Every library is optional. A missing library, a driver without a device or a library
 //! without a symbol we need is a finding in the report, never a panic: each runtime is
@@ -7,10 +8,11 @@
 //! symbol they cannot resolve.
 
 mod cuda;
-mod guard;
+pub(crate) mod guard;
 mod hip;
 mod nvml;
 mod pci;
+pub mod telemetry;
 
 use serde::Serialize;
 

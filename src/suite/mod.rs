@@ -38,6 +38,11 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
 }
 pub mod cpu_gemm;
 pub mod cpu_peak;
+pub mod gpu_allreduce;
+pub mod gpu_bandwidth;
+pub mod gpu_devices;
+pub mod gpu_gemm;
+pub mod gpu_p2p;
 pub mod human;
 pub mod inventory_stage;
 pub mod mlperf_resnet;

@@ -106,6 +106,42 @@ pub const SYNTH_SIZE: OptionSpec = OptionSpec {
     help: "side of the generated images in pixels",
 };
 
+pub const GPU_GEMM_SIZE: OptionSpec = OptionSpec {
+    key: "gpu_gemm_size",
+    min: 256.0,
+    max: 16384.0,
+    integer: true,
+    help: "matrix size N of each GPU's N×N×N matmuls",
+};
+pub const GPU_MIN_FRACTION: OptionSpec = OptionSpec {
+    key: "gpu_min_fraction",
+    min: 0.0,
+    max: 1.0,
+    integer: false,
+    help: "fraction of a GPU model's published matmul peak it must reach to pass",
+};
+pub const TRANSFER_MIB: OptionSpec = OptionSpec {
+    key: "transfer_mib",
+    min: 1.0,
+    max: 4096.0,
+    integer: true,
+    help: "size of each host↔device and peer copy, in MiB",
+};
+pub const ALLREDUCE_MIB: OptionSpec = OptionSpec {
+    key: "allreduce_mib",
+    min: 1.0,
+    max: 4096.0,
+    integer: true,
+    help: "size of the all-reduce buffer, in MiB",
+};
+pub const ALLREDUCE_MIN_GBPS: OptionSpec = OptionSpec {
+    key: "allreduce_min_gbps",
+    min: 0.0,
+    max: 10_000.0,
+    integer: false,
+    help: "all-reduce bus bandwidth the box must reach, in GB/s",
+};
+
 /// An option whose value is text: a path, or one of a few names.
 #[derive(Debug, Clone, Copy)]
 pub struct TextSpec {
@@ -119,6 +155,11 @@ pub const DATASET: TextSpec = TextSpec {
     key: "dataset",
     choices: &[],
     help: "dataset folder in ImageNet layout (train/ and val/, a folder per class)",
+};
+pub const BACKEND: TextSpec = TextSpec {
+    key: "backend",
+    choices: &["auto", "cpu", "cuda", "hip"],
+    help: "the compute backend: the best found, the CPU, CUDA or HIP",
 };
 pub const MODEL: TextSpec = TextSpec {
     key: "model",
@@ -137,6 +178,11 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             TRAIN_WARMUP,
             TRAIN_BATCH,
             TRAIN_IMAGE_SIZE,
+            GPU_GEMM_SIZE,
+            GPU_MIN_FRACTION,
+            TRANSFER_MIB,
+            ALLREDUCE_MIB,
+            ALLREDUCE_MIN_GBPS,
         ],
         "smoke" => &[
             IMAGE_SIZE,
@@ -154,8 +200,9 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
 /// The text options `suite` accepts.
 pub fn text_specs(suite: &str) -> &'static [TextSpec] {
     match suite {
-        "smoke" => &[DATASET, MODEL],
-        "mlperf-resnet" => &[DATASET],
+        "acceptance" => &[BACKEND],
+        "smoke" => &[DATASET, MODEL, BACKEND],
+        "mlperf-resnet" => &[DATASET, BACKEND],
         _ => &[],
     }
 }

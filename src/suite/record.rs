@@ -183,6 +183,11 @@ pub struct Summary {
     pub stages_failed: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
+    /// Energy the GPUs drew over the run's stages; absent when nothing reports power.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_j: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy_kwh: Option<f64>,
 }
 
 /// A run as stored in `run.json`.
@@ -246,6 +251,11 @@ impl RunRecord {
         if message.is_some() {
             self.summary.message = message;
         }
+        self.summary.energy_j = crate::runtime::telemetry::run_energy_j(&self.stages);
+        self.summary.energy_kwh = self
+            .summary
+            .energy_j
+            .map(crate::runtime::telemetry::joules_to_kwh);
         let elapsed = (now - self.started_at).num_milliseconds() as f64 / 1000.0;
         self.summary.duration_s = Some(elapsed.max(0.0));
     }
@@ -302,5 +312,26 @@ mod tests {
         assert!(text.contains("\"state\":\"failed\""));
         let back: RunRecord = serde_json::from_str(&text).unwrap();
         assert_eq!(back, r);
+        assert!(!text.contains("energy"), "{text}");
+    }
+
+    #[test]
+    fn the_summary_adds_up_the_stages_energy() {
+        let mut r = RunRecord::new("r2".into(), "acceptance".into(), Trigger::Cli, Map::new());
+        for joules in [1.8e6, 5.4e6] {
+            r.stages.push(StageResult {
+                name: "s".into(),
+                verdict: Verdict::Pass,
+                started_at: Utc::now(),
+                finished_at: Utc::now(),
+                metrics: vec![Metric::new("energy_j", joules, "J")],
+                checks: vec![],
+                findings: vec![],
+                message: None,
+            });
+        }
+        r.finish(RunState::Passed, None);
+        assert_eq!(r.summary.energy_j, Some(7.2e6));
+        assert_eq!(r.summary.energy_kwh, Some(2.0));
     }
 }

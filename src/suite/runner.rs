@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{Map, Value};
@@ -11,16 +12,24 @@ use serde_json::{Map, Value};
 use super::event::WorkerEvent;
 use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
-use super::{cpu_gemm, inventory_stage, mlperf_resnet, options, smoke, train_throughput};
-use crate::agent::store::{new_run_id, Store};
+use super::{
+    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, inventory_stage, mlperf_resnet,
+    options, smoke, train_throughput,
+};
+use crate::agent::store::{new_run_id, Artifact, Store};
 use crate::cli::args::{EventFormat, RunArgs};
 use crate::cli::UsageError;
+use crate::runtime::telemetry::{RecorderConfig, Sources, TelemetryRecorder};
 
 /// One step of a suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StageKind {
     Inventory,
     CpuGemm,
+    GpuGemm,
+    GpuBandwidth,
+    GpuP2p,
+    GpuAllReduce,
     TrainThroughput,
     Smoke,
     MlperfResnet,
@@ -31,6 +40,10 @@ impl StageKind {
         match self {
             StageKind::Inventory => inventory_stage::NAME,
             StageKind::CpuGemm => cpu_gemm::NAME,
+            StageKind::GpuGemm => gpu_gemm::NAME,
+            StageKind::GpuBandwidth => gpu_bandwidth::NAME,
+            StageKind::GpuP2p => gpu_p2p::NAME,
+            StageKind::GpuAllReduce => gpu_allreduce::NAME,
             StageKind::TrainThroughput => train_throughput::NAME,
             StageKind::Smoke => smoke::NAME,
             StageKind::MlperfResnet => mlperf_resnet::NAME,
@@ -41,6 +54,10 @@ impl StageKind {
         match self {
             StageKind::Inventory => inventory_stage::run(ctx),
             StageKind::CpuGemm => cpu_gemm::run(ctx),
+            StageKind::GpuGemm => gpu_gemm::run(ctx),
+            StageKind::GpuBandwidth => gpu_bandwidth::run(ctx),
+            StageKind::GpuP2p => gpu_p2p::run(ctx),
+            StageKind::GpuAllReduce => gpu_allreduce::run(ctx),
             StageKind::TrainThroughput => train_throughput::run(ctx),
             StageKind::Smoke => smoke::run(ctx),
             StageKind::MlperfResnet => mlperf_resnet::run(ctx),
@@ -55,6 +72,10 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
         "acceptance" => Some(vec![
             StageKind::Inventory,
             StageKind::CpuGemm,
+            StageKind::GpuGemm,
+            StageKind::GpuBandwidth,
+            StageKind::GpuP2p,
+            StageKind::GpuAllReduce,
             StageKind::TrainThroughput,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
@@ -100,6 +121,15 @@ pub fn execute(
     });
     let total = stages.len().max(1);
     let mut verdicts = Vec::new();
+    let telemetry = TelemetryRecorder::start(RecorderConfig {
+        root: run_options.root.clone(),
+        csv_path: run_options
+            .run_dir
+            .as_ref()
+            .map(|dir| dir.join(Artifact::Telemetry.file_name())),
+        interval: run_options.telemetry_interval,
+        sources: Sources::All,
+    });
     // Later stages judge the box by the inventory an earlier stage took.
     let mut hardware: Option<serde_json::Value> = None;
     for (index, stage) in stages.iter().enumerate() {
@@ -133,14 +163,17 @@ pub fn execute(
             ),
             stage_name: stage.name(),
         };
-        let result = stage.run(&mut ctx);
+        telemetry.begin_stage(stage.name());
+        let mut result = stage.run(&mut ctx);
         drop(ctx);
+        telemetry.end_stage().apply_to(&mut result);
         if let Some(h) = seen_hardware {
             hardware = Some(h);
         }
         verdicts.push(result.verdict);
         emit(WorkerEvent::StageFinished { result });
     }
+    drop(telemetry);
     let (state, message) = if cancel.load(Ordering::Relaxed) {
         (RunState::Cancelled, Some("cancelled".to_string()))
     } else {
@@ -165,6 +198,8 @@ pub struct RunOptions {
     /// The run's folder, when it is recorded.
     pub run_dir: Option<PathBuf>,
     pub cache_dir: PathBuf,
+    /// How often telemetry is sampled while a stage runs.
+    pub telemetry_interval: Duration,
 }
 
 impl RunOptions {
@@ -176,6 +211,7 @@ impl RunOptions {
             options,
             run_dir: None,
             cache_dir: default_cache_dir(None, None),
+            telemetry_interval: crate::runtime::telemetry::DEFAULT_INTERVAL,
         }
     }
 }
@@ -225,15 +261,33 @@ fn collect_options(args: &RunArgs) -> Result<Map<String, Value>, UsageError> {
     if let Some(target) = args.target_accuracy {
         map.insert("target_accuracy".into(), target.into());
     }
+    if let Some(backend) = &args.backend {
+        map.insert(options::BACKEND.key.into(), Value::String(backend.clone()));
+    }
     Ok(map)
+}
+
+/// A run that names a GPU backend needs a device of it: without one it stops here,
+/// before anything is recorded, with the reason (a library or device missing).
+fn require_backend(options: &Map<String, Value>) -> anyhow::Result<()> {
+    use crate::engine::backend::select::{self, BackendKind};
+    let kind = super::gpu_devices::backend_kind(options);
+    if matches!(kind, BackendKind::Cuda | BackendKind::Hip) {
+        if let Err(e) = select::resolve(kind) {
+            anyhow::bail!("backend {kind} cannot be used: {e}");
+        }
+    }
+    Ok(())
 }
 
 /// The `tinyperf run` command. Exit status 0 when the run passed, 1 otherwise.
 pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     let options = collect_options(args)?;
+    let telemetry_interval = args.telemetry_interval()?;
     let suite = args.suite_name().map_err(UsageError)?;
     super::validate(&suite, &options).map_err(UsageError)?;
     let stages = plan(&suite).ok_or_else(|| UsageError(format!("suite {suite} has no plan")))?;
+    require_backend(&options)?;
     if let Some(dir) = &args.run_dir {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create run directory {}", dir.display()))?;
@@ -256,6 +310,7 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         options,
         cache_dir: default_cache_dir(args.state_dir.as_deref(), run_dir.as_deref()),
         run_dir,
+        telemetry_interval,
     };
     let mut out = std::io::stdout().lock();
     let mut sink_error: Option<std::io::Error> = None;
@@ -309,7 +364,15 @@ mod tests {
         assert_eq!(names("inventory"), ["inventory"]);
         assert_eq!(
             names("acceptance"),
-            ["inventory", "cpu-gemm", "train-throughput"]
+            [
+                "inventory",
+                "cpu-gemm",
+                "gpu-gemm",
+                "gpu-bandwidth",
+                "gpu-p2p",
+                "gpu-allreduce",
+                "train-throughput"
+            ]
         );
         assert_eq!(names("smoke"), ["smoke"]);
         assert_eq!(names("mlperf-resnet"), ["mlperf-resnet"]);

@@ -4,18 +4,31 @@
 
 use serde_json::Value;
 
+use super::gpu_allreduce;
+use super::gpu_devices::{self, GpuChoice};
 use super::options::{self, TRAIN_BATCH, TRAIN_IMAGE_SIZE, TRAIN_STEPS, TRAIN_WARMUP};
 use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
+use crate::engine::backend::gpu::GpuBackend;
+use crate::engine::layers::cross_entropy::RESNET_LABEL_SMOOTHING;
+use crate::engine::layers::SoftmaxCrossEntropy;
+use crate::engine::optim::LarsConfig;
+use crate::engine::parallel::{measure_data_parallel_throughput, DataParallel, Replica};
 use crate::engine::recipe::Recipe;
-use crate::engine::train::{measure_train_throughput, ModelChoice};
-use crate::engine::CpuBackend;
+use crate::engine::train::{
+    measure_train_throughput, DeviceOptimizer, ModelChoice, ThroughputReport,
+};
+use crate::engine::{Backend, CpuBackend};
 
 pub const NAME: &str = "train-throughput";
 /// Short on a CPU, where one ResNet-50 step of 32 images takes seconds.
 pub const CPU_DEFAULT_STEPS: usize = 3;
 pub const CPU_DEFAULT_WARMUP: usize = 1;
 pub const CPU_DEFAULT_BATCH: usize = 32;
+/// On a GPU: the v4.0 tinybox recipe's 256 images per GPU.
+pub const GPU_DEFAULT_STEPS: usize = 10;
+pub const GPU_DEFAULT_WARMUP: usize = 3;
+pub const GPU_DEFAULT_BATCH: usize = 256;
 pub const IMAGE_SIDE: usize = 224;
 pub const IMAGENET_TRAIN_IMAGES: u64 = 1_281_167;
 /// Epochs a v4.0-recipe run takes to reach 0.759, as the tinybox results did.
@@ -120,51 +133,70 @@ fn sku_of(hardware: Option<&Value>, override_sku: Option<&str>) -> String {
         .unwrap_or_else(|| crate::inventory::UNRECOGNISED.to_string())
 }
 
+/// What a measurement on one device or on all GPUs produced.
+struct Measured {
+    report: ThroughputReport,
+    /// Devices the global batch was spread over.
+    devices: usize,
+    /// Images per step on each device.
+    per_device_batch: usize,
+    on_cpu: bool,
+    device_name: String,
+    collective: Option<String>,
+}
+
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let n = |spec, default: usize| options::number(ctx.options, spec, default as f64) as usize;
-    let steps = n(TRAIN_STEPS, CPU_DEFAULT_STEPS);
-    let warmup = n(TRAIN_WARMUP, CPU_DEFAULT_WARMUP);
-    let batch = n(TRAIN_BATCH, CPU_DEFAULT_BATCH);
-    let image_size = n(TRAIN_IMAGE_SIZE, IMAGE_SIDE);
-    ctx.progress(
-        0.0,
-        Some(format!(
-            "building ResNet-50 for {warmup} warm-up and {steps} timed steps at batch {batch}"
-        )),
-    );
-    let backend = CpuBackend::new();
-    let recipe = Recipe::mlperf();
-    let mut model = match ModelChoice::ResNet50.build(&backend, CLASSES, image_size, recipe.seed) {
-        Ok(m) => m,
-        Err(e) => {
-            return report.finish_as(Verdict::Error, Some(format!("cannot build ResNet-50: {e}")))
-        }
+    let choice = match gpu_devices::open(ctx.options) {
+        Ok(c) => c,
+        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
     };
-    let cancel = ctx.cancel;
-    let measured = {
-        let mut after_step = |done: usize, total: usize, seconds: f64| {
-            let phase = if done <= warmup { "warm-up" } else { "timed" };
-            ctx.progress(
-                done as f64 / total as f64,
-                Some(format!(
-                    "ResNet-50 {phase} step {done}/{total}: {seconds:.2} s, {:.1} img/s",
-                    batch as f64 / seconds
-                )),
-            );
-        };
-        measure_train_throughput(
-            &backend,
-            &mut model,
-            batch,
-            image_size,
-            warmup,
-            steps,
-            // A small LR keeps the synthetic steps finite; the time does not depend on it.
-            0.01,
-            &|| cancel.load(std::sync::atomic::Ordering::Relaxed),
-            &mut after_step,
+    let on_gpu = matches!(choice, GpuChoice::Gpus { .. });
+    let n = |spec, default: usize| options::number(ctx.options, spec, default as f64) as usize;
+    let (steps, warmup, batch) = if on_gpu {
+        (
+            n(TRAIN_STEPS, GPU_DEFAULT_STEPS),
+            n(TRAIN_WARMUP, GPU_DEFAULT_WARMUP),
+            n(TRAIN_BATCH, GPU_DEFAULT_BATCH),
         )
+    } else {
+        (
+            n(TRAIN_STEPS, CPU_DEFAULT_STEPS),
+            n(TRAIN_WARMUP, CPU_DEFAULT_WARMUP),
+            n(TRAIN_BATCH, CPU_DEFAULT_BATCH),
+        )
+    };
+    let image_size = n(TRAIN_IMAGE_SIZE, IMAGE_SIDE);
+    let recipe = Recipe::mlperf();
+    let measured = match choice {
+        GpuChoice::Cpu { reason } => {
+            report
+                .findings
+                .push(format!("measured on the CPU: {reason}"));
+            measure_on_one(
+                ctx,
+                CpuBackend::new(),
+                true,
+                (warmup, steps, batch, image_size),
+                recipe.seed,
+            )
+        }
+        GpuChoice::Gpus { mut backends, .. } if backends.len() == 1 => {
+            let backend = backends.remove(0);
+            measure_on_one(
+                ctx,
+                backend,
+                false,
+                (warmup, steps, batch, image_size),
+                recipe.seed,
+            )
+        }
+        GpuChoice::Gpus { backends, .. } => measure_on_all(
+            ctx,
+            backends,
+            (warmup, steps, batch, image_size),
+            recipe.seed,
+        ),
     };
     let measured = match measured {
         Ok(Some(m)) => m,
@@ -176,12 +208,24 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             )
         }
     };
-    let median = measured.median_step_s();
-    let images_per_s = measured.images_per_s();
-    let minutes = estimated_minutes(median, batch, recipe.global_batch_size, 1, EXPECTED_EPOCHS);
+    let median = measured.report.median_step_s();
+    let images_per_s = measured.report.images_per_s();
+    let minutes = estimated_minutes(
+        median,
+        measured.per_device_batch,
+        recipe.global_batch_size,
+        measured.devices,
+        EXPECTED_EPOCHS,
+    );
     report.metric("img_per_s", images_per_s, "img/s");
     report.metric("step_ms_median", median * 1000.0, "ms");
-    report.metric("batch", batch as f64, "images");
+    report.metric("batch", measured.report.batch as f64, "images");
+    report.metric(
+        "per_device_batch",
+        measured.per_device_batch as f64,
+        "images",
+    );
+    report.metric("devices", measured.devices as f64, "devices");
     report.metric("image_size", image_size as f64, "px");
     report.metric("timed_steps", steps as f64, "steps");
     report.metric("estimated_time_to_train_min", minutes, "min");
@@ -190,21 +234,156 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         report.metric("reference_img_per_s", reference.images_per_s, "img/s");
         report.metric("reference_time_to_train_min", reference.minutes, "min");
     }
+    if !measured.on_cpu {
+        // The most six devices of this kind could reach if they scaled perfectly: what a
+        // single-GPU machine says about a six-GPU box.
+        let per_device = images_per_s / measured.devices as f64;
+        report.metric("img_per_s_per_device", per_device, "img/s");
+        report.metric("linear_6_device_img_per_s", per_device * 6.0, "img/s");
+    }
     if image_size != IMAGE_SIDE {
         report.findings.push(format!(
             "measured at {image_size}² instead of {IMAGE_SIDE}²: the estimate is not ImageNet's"
         ));
     }
-    let (check, summary) = judge(&sku, true, minutes);
+    if let Some(collective) = &measured.collective {
+        report
+            .findings
+            .push(format!("gradients summed by {collective}"));
+    }
+    if !measured.on_cpu {
+        report.findings.push(
+            "f32 activations with TF32 GEMMs: fp16/bf16 mixed precision is not implemented".into(),
+        );
+    }
+    let (check, summary) = judge(&sku, measured.on_cpu, minutes);
     report.checks.extend(check);
     let message = format!(
-        "ResNet-50 on the CPU: {images_per_s:.1} img/s at batch {batch} ({:.0} ms/step); \
+        "ResNet-50 on {}: {images_per_s:.1} img/s at batch {} ({:.0} ms/step); \
          {EXPECTED_EPOCHS} epochs at batch {} would take {minutes:.0} min. {summary}",
+        measured.device_name,
+        measured.report.batch,
         median * 1000.0,
         recipe.global_batch_size
     );
     ctx.progress(1.0, None);
     report.finish(Some(message))
+}
+
+/// Progress after each step: warm-up or timed, its time and rate.
+fn step_progress<'a, 'b>(
+    ctx: &'a mut StageContext<'b>,
+    warmup: usize,
+    batch: usize,
+) -> impl FnMut(usize, usize, f64) + use<'a, 'b> {
+    move |done: usize, total: usize, seconds: f64| {
+        let phase = if done <= warmup { "warm-up" } else { "timed" };
+        ctx.progress(
+            done as f64 / total as f64,
+            Some(format!(
+                "ResNet-50 {phase} step {done}/{total}: {seconds:.2} s, {:.1} img/s",
+                batch as f64 / seconds
+            )),
+        );
+    }
+}
+
+fn measure_on_one<B: Backend>(
+    ctx: &mut StageContext<'_>,
+    backend: B,
+    on_cpu: bool,
+    (warmup, steps, batch, image_size): (usize, usize, usize, usize),
+    seed: u64,
+) -> Result<Option<Measured>, String> {
+    ctx.progress(
+        0.0,
+        Some(format!(
+            "building ResNet-50 on {} for {warmup} warm-up and {steps} timed steps at batch {batch}",
+            backend.name()
+        )),
+    );
+    let mut model = ModelChoice::ResNet50
+        .build(&backend, CLASSES, image_size, seed)
+        .map_err(|e| format!("cannot build ResNet-50: {e}"))?;
+    let cancel = ctx.cancel;
+    let measured = measure_train_throughput(
+        &backend,
+        &mut model,
+        batch,
+        image_size,
+        warmup,
+        steps,
+        // A small LR keeps the synthetic steps finite; the time does not depend on it.
+        0.01,
+        &|| cancel.load(std::sync::atomic::Ordering::Relaxed),
+        &mut step_progress(ctx, warmup, batch),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(measured.map(|report| Measured {
+        report,
+        devices: 1,
+        per_device_batch: batch,
+        on_cpu,
+        device_name: if on_cpu {
+            "the CPU".into()
+        } else {
+            backend.name()
+        },
+        collective: None,
+    }))
+}
+
+fn measure_on_all(
+    ctx: &mut StageContext<'_>,
+    backends: Vec<GpuBackend>,
+    (warmup, steps, batch, image_size): (usize, usize, usize, usize),
+    seed: u64,
+) -> Result<Option<Measured>, String> {
+    let devices = backends.len();
+    ctx.progress(
+        0.0,
+        Some(format!(
+            "building ResNet-50 on {devices} GPUs for {warmup} warm-up and {steps} timed steps \
+             at batch {batch} per GPU"
+        )),
+    );
+    let (collective, chosen) = gpu_allreduce::collective_for(&backends)?;
+    let mut replicas = Vec::with_capacity(devices);
+    for backend in backends {
+        let model = ModelChoice::ResNet50
+            .build(&backend, CLASSES, image_size, seed)
+            .map_err(|e| format!("cannot build ResNet-50 on {}: {e}", backend.name()))?;
+        replicas.push(Replica {
+            backend,
+            model,
+            optimizer: DeviceOptimizer::new(LarsConfig::default()),
+        });
+    }
+    let loss_fn = SoftmaxCrossEntropy {
+        label_smoothing: RESNET_LABEL_SMOOTHING,
+    };
+    let mut dp = DataParallel::new(replicas, collective, loss_fn).map_err(|e| e.to_string())?;
+    let cancel = ctx.cancel;
+    let global = batch * devices;
+    let measured = measure_data_parallel_throughput(
+        &mut dp,
+        global,
+        image_size,
+        warmup,
+        steps,
+        0.01,
+        &|| cancel.load(std::sync::atomic::Ordering::Relaxed),
+        &mut step_progress(ctx, warmup, global),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(measured.map(|report| Measured {
+        report,
+        devices,
+        per_device_batch: batch,
+        on_cpu: false,
+        device_name: format!("{devices} GPUs"),
+        collective: Some(chosen),
+    }))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::event::WorkerEvent;
+use super::gpu_devices::GpuChoice;
 use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use super::system_desc::{submission_platform, system_description, SoftwareStack};
@@ -15,9 +16,9 @@ use crate::engine::data::{Dataset, Loader, LoaderConfig};
 use crate::engine::mllog::{drop_page_cache, Division, MlLog, MlLogError, Submission};
 use crate::engine::recipe::{Recipe, RecipeError};
 use crate::engine::train::{
-    train, EpochReport, ModelChoice, StepReport, StopReason, TrainData, TrainObserver,
+    train, EpochReport, ModelChoice, StepReport, StopReason, TrainData, TrainObserver, TrainSummary,
 };
-use crate::engine::CpuBackend;
+use crate::engine::{Backend, CpuBackend};
 
 pub const MLLOG_FILE: &str = "mllog.txt";
 pub const SYSTEM_DESC_FILE: &str = "system_desc.json";
@@ -102,49 +103,32 @@ pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
     report
         .findings
         .push(format!("MLLOG: {}", mllog_path.display()));
-    let backend = CpuBackend::new();
-    let prepared = (|| -> Result<_, String> {
-        let mut log = MlLog::create(&mllog_path).map_err(|e| e.to_string())?;
-        let mut submission = Submission::tinycorp_resnet(&platform);
-        submission.division = division;
-        log.submission(&submission).map_err(mllog_error)?;
-        let flush = drop_page_cache();
-        log.cache_clear(flush.flushed()).map_err(mllog_error)?;
-        log.init_start().map_err(mllog_error)?;
-        let model = job
-            .model
-            .build(
-                &backend,
-                dataset.num_classes(),
-                job.image_size,
-                job.recipe.seed,
-            )
-            .map_err(|e| format!("cannot build {}: {e}", job.model.name()))?;
-        let data = loaders(&dataset, &job).map_err(|e| format!("cannot load {e}"))?;
-        log.init_stop().map_err(mllog_error)?;
-        log.run_start().map_err(mllog_error)?;
-        log.run_header(&config).map_err(mllog_error)?;
-        Ok((log, model, data))
-    })();
-    let (mut log, mut model, data) = match prepared {
-        Ok(p) => p,
+    let run = TrainingRun {
+        job: &job,
+        dataset: &dataset,
+        config: &config,
+        platform: &platform,
+        division,
+        mllog_path: &mllog_path,
+    };
+    let summary = match super::gpu_devices::open(ctx.options) {
+        Err(message) => return report.finish_as(Verdict::Error, Some(message)),
+        Ok(GpuChoice::Cpu { .. }) => run.on(CpuBackend::new(), ctx),
+        Ok(GpuChoice::Gpus { mut backends, .. }) => {
+            if backends.len() > 1 {
+                report.findings.push(format!(
+                    "trained on the first of {} GPUs: data-parallel training from the \
+                     dataset loader is not implemented yet",
+                    backends.len()
+                ));
+            }
+            run.on(backends.remove(0), ctx)
+        }
+    };
+    let summary = match summary {
+        Ok(summary) => summary,
         Err(message) => return report.finish_as(Verdict::Error, Some(message)),
     };
-    let steps_per_epoch = data.train.batches_per_epoch() as u64;
-    let mut observer = StageObserver {
-        ctx,
-        planned_steps: steps_per_epoch * u64::from(job.recipe.train_epochs),
-        global_step: 0,
-    };
-    let summary = train(
-        &backend,
-        &mut model,
-        &job.recipe,
-        &data,
-        Some(&mut log),
-        &mut observer,
-    );
-    drop(log);
     let target = job.recipe.target_accuracy;
     report.metric("epochs", f64::from(summary.epochs_completed), "epochs");
     report.metric("steps", summary.steps as f64, "steps");
@@ -298,6 +282,68 @@ fn write_system_description(
 }
 
 /// Turns the loop's reports into stage progress events.
+/// Everything a training run needs besides its backend.
+struct TrainingRun<'r> {
+    job: &'r TrainJob,
+    dataset: &'r Dataset,
+    config: &'r crate::engine::mllog::RunConfig,
+    platform: &'r str,
+    division: Division,
+    mllog_path: &'r Path,
+}
+
+impl TrainingRun<'_> {
+    /// Logs the MLLOG header, builds the model on `backend`, and trains.
+    fn on<B: Backend>(
+        &self,
+        backend: B,
+        ctx: &mut StageContext<'_>,
+    ) -> Result<TrainSummary, String> {
+        let job = self.job;
+        let config = self.config;
+        let mut log = MlLog::create(self.mllog_path).map_err(|e| e.to_string())?;
+        let mut submission = Submission::tinycorp_resnet(self.platform);
+        submission.division = self.division;
+        log.submission(&submission).map_err(mllog_error)?;
+        let flush = drop_page_cache();
+        log.cache_clear(flush.flushed()).map_err(mllog_error)?;
+        log.init_start().map_err(mllog_error)?;
+        let mut model = job
+            .model
+            .build(
+                &backend,
+                self.dataset.num_classes(),
+                job.image_size,
+                job.recipe.seed,
+            )
+            .map_err(|e| {
+                format!(
+                    "cannot build {} on {}: {e}",
+                    job.model.name(),
+                    backend.name()
+                )
+            })?;
+        let data = loaders(self.dataset, job).map_err(|e| format!("cannot load {e}"))?;
+        log.init_stop().map_err(mllog_error)?;
+        log.run_start().map_err(mllog_error)?;
+        log.run_header(config).map_err(mllog_error)?;
+        let steps_per_epoch = data.train.batches_per_epoch() as u64;
+        let mut observer = StageObserver {
+            ctx,
+            planned_steps: steps_per_epoch * u64::from(job.recipe.train_epochs),
+            global_step: 0,
+        };
+        Ok(train(
+            &backend,
+            &mut model,
+            &job.recipe,
+            &data,
+            Some(&mut log),
+            &mut observer,
+        ))
+    }
+}
+
 struct StageObserver<'c, 'a> {
     ctx: &'c mut StageContext<'a>,
     planned_steps: u64,

@@ -12,7 +12,10 @@
 //!   marks a padded sample that contributes neither loss, gradient nor accuracy.
 
 pub mod cpu;
+pub mod crosscheck;
+pub mod gpu;
 mod params;
+pub mod select;
 
 pub use params::{
     BatchNormParams, Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,

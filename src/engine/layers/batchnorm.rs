@@ -120,12 +120,12 @@ impl<B: Backend> BatchNorm2d<B> {
             ParamMut {
                 kind: ParamKind::BatchNormGamma,
                 value: &mut self.state.gamma,
-                grad: &self.grads.gamma,
+                grad: &mut self.grads.gamma,
             },
             ParamMut {
                 kind: ParamKind::BatchNormBeta,
                 value: &mut self.state.beta,
-                grad: &self.grads.beta,
+                grad: &mut self.grads.beta,
             },
         ]
     }

@@ -206,7 +206,7 @@ impl<B: Backend> Conv2d<B> {
         vec![ParamMut {
             kind: ParamKind::ConvWeight,
             value: self.weight.buffer_mut(),
-            grad: self.weight_grad.buffer(),
+            grad: self.weight_grad.buffer_mut(),
         }]
     }
 }

@@ -95,12 +95,12 @@ impl<B: Backend> Linear<B> {
             ParamMut {
                 kind: ParamKind::LinearWeight,
                 value: self.weight.buffer_mut(),
-                grad: self.weight_grad.buffer(),
+                grad: self.weight_grad.buffer_mut(),
             },
             ParamMut {
                 kind: ParamKind::LinearBias,
                 value: self.bias.buffer_mut(),
-                grad: self.bias_grad.buffer(),
+                grad: self.bias_grad.buffer_mut(),
             },
         ]
     }

@@ -40,11 +40,12 @@ impl ParamKind {
     }
 }
 
-/// A learned parameter and its gradient from the last backward.
+/// A learned parameter and its gradient from the last backward. The gradient is mutable
+/// so a data-parallel step can sum it across replicas in place before the update.
 pub struct ParamMut<'a, B: Backend> {
     pub kind: ParamKind,
     pub value: &'a mut B::Buffer,
-    pub grad: &'a B::Buffer,
+    pub grad: &'a mut B::Buffer,
 }
 
 #[cfg(test)]

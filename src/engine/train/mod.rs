@@ -10,7 +10,9 @@ pub mod trainer;
 
 pub use models::ModelChoice;
 pub use optimizer::DeviceOptimizer;
-pub use step::{eval_step, train_step, DeviceBatch, StepOutcome, StepResult};
+pub use step::{
+    compute_gradients, eval_step, train_step, DeviceBatch, GradientOutcome, StepOutcome, StepResult,
+};
 pub use throughput::{measure_train_throughput, ThroughputReport};
 pub use trainer::{
     train, EpochReport, StepReport, StopReason, TrainData, TrainObserver, TrainSummary,

@@ -65,6 +65,7 @@ impl StepResult {
 }
 
 /// How a training step ended.
+#[derive(Debug)]
 pub enum StepOutcome {
     /// The weights were updated.
     Updated(StepResult),
@@ -90,6 +91,41 @@ fn loss_and_correct<B: Backend>(
     })
 }
 
+/// How the forward and backward half of a training step ended.
+#[derive(Debug)]
+pub enum GradientOutcome {
+    /// The batch's gradients are in the model's parameters.
+    Computed(StepResult),
+    /// The loss was NaN or infinite; no backward was run.
+    NonFiniteLoss(StepResult),
+    /// Cancelled between the forward and the backward pass.
+    Cancelled,
+}
+
+/// Forward, loss and backward of a training step, leaving the gradients in the model for
+/// an update (or, across replicas, for an all-reduce first). `cancelled` is asked after
+/// the forward pass.
+pub fn compute_gradients<B: Backend, M: Model<B> + ?Sized>(
+    backend: &B,
+    model: &mut M,
+    loss_fn: &SoftmaxCrossEntropy,
+    batch: &DeviceBatch<B>,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<GradientOutcome> {
+    let logits = model.forward(backend, &batch.images, true)?;
+    let result = loss_and_correct(backend, loss_fn, &logits, batch)?;
+    if !result.loss.is_finite() {
+        return Ok(GradientOutcome::NonFiniteLoss(result));
+    }
+    if cancelled() {
+        return Ok(GradientOutcome::Cancelled);
+    }
+    let dlogits = loss_fn.backward(backend, &logits, &batch.labels)?;
+    drop(logits);
+    model.backward(backend, &dlogits)?;
+    Ok(GradientOutcome::Computed(result))
+}
+
 /// A training step at learning rate `lr`. `cancelled` is asked after the forward pass,
 /// so a cancel during a long first step takes effect before the backward.
 pub fn train_step<B: Backend, M: Model<B> + ?Sized>(
@@ -101,21 +137,15 @@ pub fn train_step<B: Backend, M: Model<B> + ?Sized>(
     lr: f32,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<StepOutcome> {
-    let logits = model.forward(backend, &batch.images, true)?;
-    let result = loss_and_correct(backend, loss_fn, &logits, batch)?;
-    if !result.loss.is_finite() {
-        return Ok(StepOutcome::NonFiniteLoss(result));
+    match compute_gradients(backend, model, loss_fn, batch, cancelled)? {
+        GradientOutcome::Computed(result) => {
+            let mut params = model.parameters();
+            optimizer.step(backend, &mut params, lr)?;
+            Ok(StepOutcome::Updated(result))
+        }
+        GradientOutcome::NonFiniteLoss(result) => Ok(StepOutcome::NonFiniteLoss(result)),
+        GradientOutcome::Cancelled => Ok(StepOutcome::Cancelled),
     }
-    if cancelled() {
-        return Ok(StepOutcome::Cancelled);
-    }
-    let dlogits = loss_fn.backward(backend, &logits, &batch.labels)?;
-    drop(logits);
-    model.backward(backend, &dlogits)?;
-    drop(dlogits);
-    let mut params = model.parameters();
-    optimizer.step(backend, &mut params, lr)?;
-    Ok(StepOutcome::Updated(result))
 }
 
 /// An evaluation step: forward in eval mode, loss and correct count over valid samples.

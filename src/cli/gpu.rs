@@ -1,0 +1,423 @@
+//! `tinyperf gpu check`: the GPU backend checked op by op and over one training step
+//! against the CPU backend, then measured (GEMM TFLOPS, ResNet-50 training throughput),
+//! on every GPU of the machine.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::Serialize;
+
+use super::args::{GpuCheckArgs, GpuCommand};
+use super::UsageError;
+use crate::engine::backend::crosscheck::{self, OpComparison, StepTolerances, Tolerances};
+use crate::engine::backend::gpu::cache::KernelCache;
+use crate::engine::backend::gpu::cuda::{CudaDriver, MathMode};
+use crate::engine::backend::gpu::driver::{DeviceInfo, GpuDriver, MatmulPrecision};
+use crate::engine::backend::gpu::{GpuBackend, Profile};
+use crate::engine::backend::select::{self, BackendKind, GpuRuntime};
+use crate::engine::parallel::{gpu_all_reduce, measure_all_reduce_bandwidth};
+use crate::engine::train::{measure_train_throughput, ModelChoice};
+use crate::engine::CpuBackend;
+
+/// The training-step comparison: ResNet-50 at a size the CPU reference does in seconds.
+const STEP_BATCH: usize = 4;
+const STEP_IMAGE: usize = 128;
+const STEP_CLASSES: usize = 1000;
+
+pub fn main(command: &GpuCommand) -> anyhow::Result<i32> {
+    match command {
+        GpuCommand::Check(args) => check(args),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct DeviceReport {
+    device: DeviceInfo,
+    kernel_setup_s: f64,
+    ops: Vec<OpComparison>,
+    training_step: Vec<OpComparison>,
+    matmul: Vec<MatmulFigure>,
+    throughput: Option<ThroughputFigure>,
+    /// (kernel or GEMM, calls, seconds) over one profiled training step.
+    profile: Vec<(String, u64, f64)>,
+    /// The collective a data-parallel run on these devices would use.
+    all_reduce: Option<String>,
+    errors: Vec<String>,
+    passed: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct MatmulFigure {
+    precision: MatmulPrecision,
+    /// How f32 matmuls ran: `tf32` tensor cores or `strict` f32.
+    mode: &'static str,
+    n: usize,
+    tflops: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct ThroughputFigure {
+    model: &'static str,
+    batch: usize,
+    image_size: usize,
+    precision: &'static str,
+    img_per_s: f64,
+    step_ms_median: f64,
+    step_ms: Vec<f64>,
+}
+
+fn check(args: &GpuCheckArgs) -> anyhow::Result<i32> {
+    let kind: BackendKind = args.backend.parse().map_err(UsageError)?;
+    if kind == BackendKind::Cpu {
+        return Err(UsageError("gpu check needs a GPU backend: auto, cuda or hip".into()).into());
+    }
+    let (runtime, count) = match select::resolve(kind) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            let why = |r: GpuRuntime| match r.device_count() {
+                Ok(n) => format!("{n} device(s)"),
+                Err(e) => e.to_string(),
+            };
+            anyhow::bail!(
+                "no GPU to check: CUDA: {}; HIP: {}",
+                why(GpuRuntime::Cuda),
+                why(GpuRuntime::Hip)
+            );
+        }
+        Err(e) => anyhow::bail!("no {kind} GPU to check: {e}"),
+    };
+    let devices: Vec<usize> = match args.device {
+        Some(d) if d >= count => {
+            return Err(UsageError(format!(
+                "device {d}: the {} runtime sees {count}",
+                runtime.name()
+            ))
+            .into())
+        }
+        Some(d) => vec![d],
+        None => (0..count).collect(),
+    };
+    println!(
+        "tinyperf gpu check: {} runtime, {count} device(s)",
+        runtime.name()
+    );
+    let cache = KernelCache::from_environment();
+    if let Some(dir) = cache.dir() {
+        println!("kernel cache: {}", dir.display());
+    }
+    let cpu = CpuBackend::new();
+    let mut reports = Vec::new();
+    for ordinal in devices {
+        reports.push(check_device(args, runtime, ordinal, &cache, &cpu));
+    }
+    if let Some(path) = &args.json_out {
+        let json = serde_json::to_vec_pretty(&reports)?;
+        std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let passed = reports.iter().all(|r| r.passed);
+    println!(
+        "\n{}",
+        if passed {
+            "gpu check PASSED"
+        } else {
+            "gpu check FAILED"
+        }
+    );
+    Ok(if passed { 0 } else { 1 })
+}
+
+/// A driver whose f32 GEMMs are exact f32, for the correctness checks.
+fn strict_driver(
+    runtime: GpuRuntime,
+    ordinal: usize,
+    cache: &KernelCache,
+) -> Result<Arc<dyn GpuDriver>, crate::engine::backend::gpu::driver::DriverError> {
+    match runtime {
+        GpuRuntime::Cuda => Ok(Arc::new(CudaDriver::open(
+            ordinal,
+            cache,
+            MathMode::Strict,
+        )?)),
+        // rocBLAS has no TF32 mode on these parts: its f32 GEMMs are already strict.
+        GpuRuntime::Hip => runtime.open(ordinal, cache),
+    }
+}
+
+fn check_device(
+    args: &GpuCheckArgs,
+    runtime: GpuRuntime,
+    ordinal: usize,
+    cache: &KernelCache,
+    cpu: &CpuBackend,
+) -> DeviceReport {
+    let mut errors = Vec::new();
+    let started = Instant::now();
+    let strict = match strict_driver(runtime, ordinal, cache) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("\ndevice {ordinal}: cannot open: {e}");
+            return DeviceReport {
+                device: DeviceInfo {
+                    ordinal,
+                    name: "unknown".into(),
+                    arch: "unknown".into(),
+                    pci_address: None,
+                    memory_bytes: 0,
+                    multiprocessors: 0,
+                },
+                kernel_setup_s: started.elapsed().as_secs_f64(),
+                ops: vec![],
+                training_step: vec![],
+                matmul: vec![],
+                throughput: None,
+                profile: vec![],
+                all_reduce: None,
+                errors: vec![format!("open: {e}")],
+                passed: false,
+            };
+        }
+    };
+    let kernel_setup_s = started.elapsed().as_secs_f64();
+    let info = strict.info().clone();
+    println!(
+        "\ndevice {ordinal}: {} ({}, {} multiprocessors, {:.1} GiB) at {}; kernels ready in {:.2} s; \
+         convolutions: {}",
+        info.name,
+        info.arch,
+        info.multiprocessors,
+        info.memory_bytes as f64 / (1u64 << 30) as f64,
+        info.pci_address.as_deref().unwrap_or("?"),
+        kernel_setup_s,
+        strict
+            .dnn_library()
+            .unwrap_or_else(|| "im2col + BLAS".to_string())
+    );
+    let gpu = GpuBackend::new(strict.clone());
+    let strict_tol = Tolerances {
+        exact: 1e-5,
+        gemm: 1e-5,
+    };
+    let ops = crosscheck::check_ops(&gpu, cpu, 2024, strict_tol).unwrap_or_else(|e| {
+        errors.push(format!("op checks: {e}"));
+        vec![]
+    });
+    print_comparisons("kernels against the CPU backend (f32)", &ops);
+    let step_started = Instant::now();
+    let training_step = crosscheck::check_training_step(
+        &gpu,
+        cpu,
+        ModelChoice::ResNet50,
+        STEP_BATCH,
+        STEP_IMAGE,
+        STEP_CLASSES,
+        StepTolerances::default(),
+    )
+    .unwrap_or_else(|e| {
+        errors.push(format!("training step: {e}"));
+        vec![]
+    });
+    print_comparisons(
+        &format!(
+            "one ResNet-50 training step, batch {STEP_BATCH} at {STEP_IMAGE}², against the CPU ({:.1} s)",
+            step_started.elapsed().as_secs_f64()
+        ),
+        &training_step,
+    );
+    drop(gpu);
+
+    let mut matmul = Vec::new();
+    let mut throughput = None;
+    let mut profile = Vec::new();
+    let mut all_reduce = None;
+    if !args.quick {
+        match runtime.open(ordinal, cache) {
+            Ok(fast) => {
+                let mode = if runtime == GpuRuntime::Cuda {
+                    "tf32"
+                } else {
+                    "strict"
+                };
+                for precision in [MatmulPrecision::F16, MatmulPrecision::F32] {
+                    match fast.matmul_tflops(precision, args.gemm_size, 10) {
+                        Ok(tflops) => matmul.push(MatmulFigure {
+                            precision,
+                            mode,
+                            n: args.gemm_size,
+                            tflops,
+                        }),
+                        Err(e) => errors.push(format!("matmul {precision:?}: {e}")),
+                    }
+                }
+                if let Ok(strict_tflops) =
+                    strict.matmul_tflops(MatmulPrecision::F32, args.gemm_size, 5)
+                {
+                    matmul.push(MatmulFigure {
+                        precision: MatmulPrecision::F32,
+                        mode: "strict",
+                        n: args.gemm_size,
+                        tflops: strict_tflops,
+                    });
+                }
+                println!("\nmatmul {}³", args.gemm_size);
+                for m in &matmul {
+                    println!(
+                        "  {:<4} {:<7} {:>9.1} TFLOP/s",
+                        format!("{:?}", m.precision),
+                        m.mode,
+                        m.tflops
+                    );
+                }
+                drop(strict);
+                let backend = GpuBackend::new(fast);
+                match train_throughput(&backend, args) {
+                    Ok(t) => {
+                        println!(
+                            "\nResNet-50 training, batch {} at {}² ({}): {:.0} img/s, median step {:.1} ms",
+                            t.batch, t.image_size, t.precision, t.img_per_s, t.step_ms_median
+                        );
+                        throughput = Some(t);
+                    }
+                    Err(e) => errors.push(format!("training throughput: {e}")),
+                }
+                let (collective, chosen) = gpu_all_reduce(std::slice::from_ref(&backend));
+                match measure_all_reduce_bandwidth(
+                    collective.as_ref(),
+                    std::slice::from_ref(&backend),
+                    64 << 20,
+                    2,
+                    5,
+                ) {
+                    Ok(bw) => {
+                        println!(
+                            "\nall-reduce of 256 MiB on this device alone ({chosen}): {:.1} GB/s algorithm bandwidth",
+                            bw.algbw_gbps()
+                        );
+                        all_reduce = Some(chosen);
+                    }
+                    Err(e) => errors.push(format!("all-reduce ({chosen}): {e}")),
+                }
+                drop(collective);
+                if args.profile {
+                    match profile_step(&backend, args.batch) {
+                        Ok(rows) => {
+                            let total: f64 = rows.iter().map(|r| r.2).sum();
+                            println!("\nwhere one training step's device time goes ({:.1} ms in all, synchronised per launch)", total * 1e3);
+                            for (name, calls, secs) in rows.iter().take(20) {
+                                println!(
+                                    "  {name:<24} {calls:>6} calls {:>9.2} ms {:>5.1} %",
+                                    secs * 1e3,
+                                    secs / total * 100.0
+                                );
+                            }
+                            profile = rows;
+                        }
+                        Err(e) => errors.push(format!("profile: {e}")),
+                    }
+                }
+            }
+            Err(e) => errors.push(format!("open for measurements: {e}")),
+        }
+    }
+    for e in &errors {
+        println!("  ERROR {e}");
+    }
+    let passed = errors.is_empty()
+        && !ops.is_empty()
+        && ops.iter().all(|c| c.passed)
+        && !training_step.is_empty()
+        && training_step.iter().all(|c| c.passed);
+    let _ = std::io::stdout().flush();
+    DeviceReport {
+        device: info,
+        kernel_setup_s,
+        ops,
+        training_step,
+        matmul,
+        throughput,
+        profile,
+        all_reduce,
+        errors,
+        passed,
+    }
+}
+
+/// Two training steps with every kernel timed: where the step's time goes.
+fn profile_step(backend: &GpuBackend, batch: usize) -> anyhow::Result<Vec<(String, u64, f64)>> {
+    let profile = Arc::new(Profile::default());
+    let profiled = backend.profiled(profile.clone());
+    let mut model = ModelChoice::ResNet50.build(&profiled, 1000, 224, 1)?;
+    let mut first = true;
+    measure_train_throughput(
+        &profiled,
+        &mut model,
+        batch,
+        224,
+        1,
+        1,
+        0.1,
+        &|| false,
+        &mut |_, _, _| {
+            if first {
+                profile.clear();
+                first = false;
+            }
+        },
+    )?;
+    Ok(profile.report())
+}
+
+fn train_throughput(backend: &GpuBackend, args: &GpuCheckArgs) -> anyhow::Result<ThroughputFigure> {
+    let image_size = 224;
+    let mut model = ModelChoice::ResNet50.build(backend, 1000, image_size, 1)?;
+    let report = measure_train_throughput(
+        backend,
+        &mut model,
+        args.batch,
+        image_size,
+        args.warmup,
+        args.steps,
+        0.1,
+        &|| false,
+        &mut |_, _, _| {},
+    )?
+    .context("the measurement was cancelled")?;
+    Ok(ThroughputFigure {
+        model: "resnet50",
+        batch: args.batch,
+        image_size,
+        precision: "f32 storage, TF32 GEMMs (fp16 activations are not implemented)",
+        img_per_s: report.images_per_s(),
+        step_ms_median: report.median_step_s() * 1e3,
+        step_ms: report.step_seconds.iter().map(|s| s * 1e3).collect(),
+    })
+}
+
+fn print_comparisons(title: &str, results: &[OpComparison]) {
+    println!("\n{title}");
+    println!(
+        "  {:<34} {:<16} {:>9} {:>11} {:>11} {:>9}  ok",
+        "op", "output", "elements", "worst abs", "relative", "tolerance"
+    );
+    for r in results {
+        println!(
+            "  {:<34} {:<16} {:>9} {:>11.3e} {:>11.3e} {:>9.0e}  {}",
+            r.op,
+            truncate(&r.output, 16),
+            r.elements,
+            r.worst_abs,
+            r.relative,
+            r.tolerance,
+            if r.passed { "yes" } else { "NO" }
+        );
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).chain(std::iter::once('…')).collect()
+    }
+}

@@ -1,0 +1,415 @@
+//! What a GPU backend needs from a vendor runtime: device memory, copies, kernel launches
+//! and a row-major GEMM. The CUDA and HIP drivers implement it over their runtime
+//! libraries, loaded at run time; everything above it is vendor-neutral.
+
+use std::fmt;
+
+/// A device address. Zero is never a live allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    pub fn offset(self, bytes: usize) -> DevicePtr {
+        DevicePtr(self.0 + bytes as u64)
+    }
+}
+
+/// One kernel argument, passed by value as the kernel's C signature declares it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KernelArg {
+    Ptr(DevicePtr),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// Argument storage for one launch: every value in its own 8-byte slot, as the runtimes'
+/// launch calls read them through an array of pointers to the slots.
+pub fn argument_slots(args: &[KernelArg]) -> Vec<[u8; 8]> {
+    args.iter()
+        .map(|arg| {
+            let mut slot = [0u8; 8];
+            match *arg {
+                KernelArg::Ptr(p) => slot.copy_from_slice(&p.0.to_ne_bytes()),
+                KernelArg::I64(v) => slot.copy_from_slice(&v.to_ne_bytes()),
+                KernelArg::I32(v) => slot[..4].copy_from_slice(&v.to_ne_bytes()),
+                KernelArg::F32(v) => slot[..4].copy_from_slice(&v.to_ne_bytes()),
+            }
+            slot
+        })
+        .collect()
+}
+
+/// Grid and block shape of a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+}
+
+/// Whether an operand of a GEMM is read transposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transpose {
+    No,
+    Yes,
+}
+
+/// `C[m, n] := alpha · op(A) · op(B) + beta · C`, every matrix row-major with the given
+/// leading dimensions (elements between rows). `op(A)` is `[m, k]`, so A itself is
+/// `[m, k]` or, transposed, `[k, m]`; likewise B is `[k, n]` or `[n, k]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: DevicePtr,
+    pub lda: usize,
+    pub trans_a: Transpose,
+    pub b: DevicePtr,
+    pub ldb: usize,
+    pub trans_b: Transpose,
+    pub c: DevicePtr,
+    pub ldc: usize,
+    pub alpha: f32,
+    pub beta: f32,
+}
+
+/// The same product in the column-major terms BLAS libraries take: row-major `C = A·B`
+/// is column-major `Cᵀ = Bᵀ·Aᵀ`, so the operands swap and m and n with them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ColumnMajorGemm {
+    pub trans_first: Transpose,
+    pub trans_second: Transpose,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub first: DevicePtr,
+    pub ld_first: usize,
+    pub second: DevicePtr,
+    pub ld_second: usize,
+    pub c: DevicePtr,
+    pub ldc: usize,
+}
+
+impl Gemm {
+    pub fn column_major(&self) -> ColumnMajorGemm {
+        ColumnMajorGemm {
+            trans_first: self.trans_b,
+            trans_second: self.trans_a,
+            m: self.n,
+            n: self.m,
+            k: self.k,
+            first: self.b,
+            ld_first: self.ldb,
+            second: self.a,
+            ld_second: self.lda,
+            c: self.c,
+            ldc: self.ldc,
+        }
+    }
+
+    /// Checks the shapes against the leading dimensions, so a wrong call is an error
+    /// instead of a device fault.
+    pub fn validate(&self) -> Result<(), DriverError> {
+        let (a_cols, b_cols) = (
+            match self.trans_a {
+                Transpose::No => self.k,
+                Transpose::Yes => self.m,
+            },
+            match self.trans_b {
+                Transpose::No => self.n,
+                Transpose::Yes => self.k,
+            },
+        );
+        let fits_i32 = [self.m, self.n, self.k, self.lda, self.ldb, self.ldc]
+            .iter()
+            .all(|&d| d <= i32::MAX as usize);
+        if self.lda < a_cols.max(1)
+            || self.ldb < b_cols.max(1)
+            || self.ldc < self.n.max(1)
+            || !fits_i32
+        {
+            return Err(DriverError::InvalidArgument(format!(
+                "GEMM {}×{}×{} with leading dimensions a {} b {} c {}",
+                self.m, self.n, self.k, self.lda, self.ldb, self.ldc
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Which pass of a convolution a DNN library runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnnConvOp {
+    /// y := conv(x, w).
+    Forward,
+    /// x := convᵀ(y, w): the input gradient from the output gradient.
+    BackwardData,
+    /// w := x ⋆ y: the filter gradient.
+    BackwardFilter,
+}
+
+/// One convolution through the vendor's DNN library: NHWC activations, weights in
+/// output-channel-major order `[out_c, kernel_h, kernel_w, in_c]`. For the backward
+/// passes `y` holds the output gradient and `x` or `w` receives the result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DnnConv {
+    pub op: DnnConvOp,
+    pub shape: crate::engine::backend::Conv2dParams,
+    pub x: DevicePtr,
+    pub w: DevicePtr,
+    pub y: DevicePtr,
+}
+
+/// Operand precision of a matmul throughput measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MatmulPrecision {
+    /// f32 operands and arithmetic (on NVIDIA: TF32 tensor cores when the driver's math
+    /// mode allows them).
+    F32,
+    /// fp16 operands, f32 accumulation and output.
+    F16,
+}
+
+/// What a device reports about itself.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    /// `sm_90` on CUDA, `gfx1100` on HIP: the target kernels are compiled for.
+    pub arch: String,
+    pub pci_address: Option<String>,
+    pub memory_bytes: u64,
+    pub multiprocessors: u32,
+}
+
+/// Times `product` (an `n`×`n`×`n` matmul) `repeats` times after two warm-ups and turns
+/// the median into TFLOP/s.
+pub fn median_tflops<D: GpuDriver + ?Sized>(
+    driver: &D,
+    product: &mut dyn FnMut() -> Result<(), DriverError>,
+    n: usize,
+    repeats: usize,
+) -> Result<f64, DriverError> {
+    for _ in 0..2 {
+        product()?;
+    }
+    let mut times = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        times.push(driver.time_ms(product)?);
+    }
+    times.sort_by(f64::total_cmp);
+    let median_ms = times[times.len() / 2];
+    if median_ms <= 0.0 {
+        return Err(DriverError::InvalidArgument(format!(
+            "timer reported {median_ms} ms for a {n}³ matmul"
+        )));
+    }
+    Ok(2.0 * (n as f64).powi(3) / (median_ms * 1e-3) / 1e12)
+}
+
+/// The median of `repeats` timings of `copy` (after one warm-up) as GB/s for `bytes`.
+pub fn median_gbps<D: GpuDriver + ?Sized>(
+    driver: &D,
+    copy: &mut dyn FnMut() -> Result<(), DriverError>,
+    bytes: usize,
+    repeats: usize,
+) -> Result<f64, DriverError> {
+    copy()?;
+    let mut times = Vec::with_capacity(repeats.max(1));
+    for _ in 0..repeats.max(1) {
+        times.push(driver.time_ms(copy)?);
+    }
+    times.sort_by(f64::total_cmp);
+    let median_ms = times[times.len() / 2];
+    if median_ms <= 0.0 {
+        return Err(DriverError::InvalidArgument(format!(
+            "timer reported {median_ms} ms for a copy of {bytes} bytes"
+        )));
+    }
+    Ok(bytes as f64 / (median_ms * 1e-3) / 1e9)
+}
+
+/// The pattern a peer-copy check writes and expects back: a word per index.
+pub fn peer_check_pattern(words: usize) -> Vec<u32> {
+    (0..words as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) ^ 0x5a5a_5a5a)
+        .collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DriverError {
+    #[error("{0}")]
+    LibraryMissing(String),
+    #[error("no {runtime} device {ordinal} (the runtime sees {count})")]
+    NoDevice {
+        runtime: &'static str,
+        ordinal: usize,
+        count: usize,
+    },
+    #[error("{call} failed: {message}")]
+    Call { call: &'static str, message: String },
+    #[error("kernel compilation failed for {arch}: {log}")]
+    Compile { arch: String, log: String },
+    #[error("kernel {0} is not in the compiled module")]
+    UnknownKernel(String),
+    #[error("out of device memory allocating {bytes} bytes")]
+    OutOfMemory { bytes: usize },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("data copied from {from} to {to} came back wrong")]
+    CorruptCopy { from: String, to: String },
+}
+
+/// A vendor runtime bound to one device and one in-order stream. Every call is enqueued on
+/// that stream; `synchronize` waits for all of it and reports a fault from any of it.
+pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
+    fn info(&self) -> &DeviceInfo;
+    /// `cuda` or `hip`.
+    fn runtime(&self) -> &'static str;
+    /// The runtime's own handle of the driver's stream (`CUstream`, `hipStream_t`), for
+    /// libraries that enqueue on it (NCCL, RCCL); null for a driver without one.
+    fn native_stream(&self) -> *mut std::ffi::c_void;
+    /// For operations between two devices of one runtime (peer copies).
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError>;
+    /// # Safety
+    /// `ptr` came from `alloc` of this driver and no queued work still uses it.
+    unsafe fn free(&self, ptr: DevicePtr);
+    fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<(), DriverError>;
+    /// Waits for the stream, then copies.
+    fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), DriverError>;
+    fn copy_on_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError>;
+    fn zero(&self, dst: DevicePtr, bytes: usize) -> Result<(), DriverError>;
+
+    /// Launches one kernel of the engine's kernel source by name.
+    fn launch(
+        &self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[KernelArg],
+    ) -> Result<(), DriverError>;
+    /// f32 GEMM through the vendor BLAS.
+    fn gemm(&self, gemm: &Gemm) -> Result<(), DriverError>;
+    fn synchronize(&self) -> Result<(), DriverError>;
+
+    /// Matmul throughput on `n`×`n` matrices of generated data, in TFLOP/s: the median of
+    /// `repeats` timed products after two warm-ups.
+    fn matmul_tflops(
+        &self,
+        precision: MatmulPrecision,
+        n: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError>;
+
+    /// Host↔device copy bandwidth with pinned host memory, GB/s (10⁹ bytes): the median
+    /// of `repeats` copies of `bytes` after one warm-up.
+    fn host_copy_gbps(
+        &self,
+        to_device: bool,
+        bytes: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError>;
+
+    /// Copy bandwidth from this device to `peer` (a device of the same runtime), GB/s,
+    /// with peer access enabled where the devices allow it. The copied data is checked.
+    fn peer_copy_gbps(
+        &self,
+        peer: &dyn GpuDriver,
+        bytes: usize,
+        repeats: usize,
+    ) -> Result<f64, DriverError>;
+
+    /// The vendor DNN library convolutions go through (`cuDNN 9.1.0`), if any.
+    fn dnn_library(&self) -> Option<String> {
+        None
+    }
+
+    /// Runs `conv` through the DNN library; `Ok(false)` when the driver has none, and the
+    /// caller computes it another way.
+    fn dnn_conv(&self, conv: &DnnConv) -> Result<bool, DriverError> {
+        let _ = conv;
+        Ok(false)
+    }
+
+    /// Milliseconds of device time that `work` enqueues, measured with device events.
+    fn time_ms(
+        &self,
+        work: &mut dyn FnMut() -> Result<(), DriverError>,
+    ) -> Result<f64, DriverError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gemm(trans_a: Transpose, trans_b: Transpose) -> Gemm {
+        Gemm {
+            m: 2,
+            n: 3,
+            k: 4,
+            a: DevicePtr(1),
+            lda: if trans_a == Transpose::No { 4 } else { 2 },
+            trans_a,
+            b: DevicePtr(2),
+            ldb: if trans_b == Transpose::No { 3 } else { 4 },
+            trans_b,
+            c: DevicePtr(3),
+            ldc: 3,
+            alpha: 1.0,
+            beta: 0.0,
+        }
+    }
+
+    #[test]
+    fn argument_slots_hold_each_value_in_its_declared_width() {
+        let slots = argument_slots(&[
+            KernelArg::Ptr(DevicePtr(0x1122_3344_5566_7788)),
+            KernelArg::I32(-2),
+            KernelArg::I64(1 << 40),
+            KernelArg::F32(1.5),
+        ]);
+        assert_eq!(u64::from_ne_bytes(slots[0]), 0x1122_3344_5566_7788);
+        assert_eq!(i32::from_ne_bytes(slots[1][..4].try_into().unwrap()), -2);
+        assert_eq!(i64::from_ne_bytes(slots[2]), 1 << 40);
+        assert_eq!(f32::from_ne_bytes(slots[3][..4].try_into().unwrap()), 1.5);
+    }
+
+    #[test]
+    fn row_major_product_swaps_operands_for_blas() {
+        let g = gemm(Transpose::Yes, Transpose::No);
+        let cm = g.column_major();
+        assert_eq!((cm.m, cm.n, cm.k), (3, 2, 4));
+        assert_eq!(cm.first, DevicePtr(2));
+        assert_eq!(cm.second, DevicePtr(1));
+        assert_eq!(cm.trans_first, Transpose::No);
+        assert_eq!(cm.trans_second, Transpose::Yes);
+        assert_eq!((cm.ld_first, cm.ld_second, cm.ldc), (3, 2, 3));
+    }
+
+    #[test]
+    fn gemm_leading_dimensions_are_checked() {
+        for ta in [Transpose::No, Transpose::Yes] {
+            for tb in [Transpose::No, Transpose::Yes] {
+                assert!(gemm(ta, tb).validate().is_ok());
+            }
+        }
+        let mut bad = gemm(Transpose::No, Transpose::No);
+        bad.lda = 3;
+        assert!(bad.validate().is_err());
+        let mut bad = gemm(Transpose::No, Transpose::Yes);
+        bad.ldb = 3;
+        assert!(bad.validate().is_err());
+        let mut bad = gemm(Transpose::No, Transpose::No);
+        bad.ldc = 2;
+        assert!(bad.validate().is_err());
+    }
+}

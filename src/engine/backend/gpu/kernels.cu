@@ -1,0 +1,652 @@
+// The engine's GPU kernels, one source for CUDA (NVRTC) and HIP (hiprtc). The dialect
+// prelude defines KERNEL and the few spellings that differ; everything here sticks to
+// what both compilers accept: no warp-size assumptions, no intrinsics beyond atomics-free
+// shared-memory reductions, and 64-bit element counts.
+
+#define BLOCK 256
+
+// ---------------------------------------------------------------- element-wise
+
+// The element-wise kernels move four floats per access where they can (every buffer
+// starts 256-byte aligned): the float4 body, then the tail of n % 4 elements.
+#define FOR_EACH_VEC4(n)                                                                   \
+    long long n4 = (n) / 4;                                                                \
+    long long stride = (long long)gridDim.x * blockDim.x;                                  \
+    long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;                    \
+    for (long long i = first; i < n4; i += stride)
+#define FOR_EACH_TAIL(n) for (long long i = n4 * 4 + first; i < (n); i += stride)
+
+KERNEL void fill_f32(float* x, long long n, float value) {
+    FOR_EACH_VEC4(n) ((float4*)x)[i] = make_float4(value, value, value, value);
+    FOR_EACH_TAIL(n) x[i] = value;
+}
+
+KERNEL void add_f32(const float* a, const float* b, float* out, long long n) {
+    FOR_EACH_VEC4(n) {
+        float4 u = ((const float4*)a)[i], v = ((const float4*)b)[i];
+        ((float4*)out)[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+    }
+    FOR_EACH_TAIL(n) out[i] = a[i] + b[i];
+}
+
+KERNEL void add_assign_f32(float* dst, const float* src, long long n) {
+    FOR_EACH_VEC4(n) {
+        float4 u = ((float4*)dst)[i], v = ((const float4*)src)[i];
+        ((float4*)dst)[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+    }
+    FOR_EACH_TAIL(n) dst[i] += src[i];
+}
+
+KERNEL void scale_f32(float* x, long long n, float alpha) {
+    FOR_EACH_VEC4(n) {
+        float4 u = ((float4*)x)[i];
+        ((float4*)x)[i] = make_float4(u.x * alpha, u.y * alpha, u.z * alpha, u.w * alpha);
+    }
+    FOR_EACH_TAIL(n) x[i] *= alpha;
+}
+
+KERNEL void axpy_f32(float alpha, const float* x, float* y, long long n) {
+    FOR_EACH_VEC4(n) {
+        float4 u = ((const float4*)x)[i], v = ((float4*)y)[i];
+        ((float4*)y)[i] = make_float4(v.x + alpha * u.x, v.y + alpha * u.y, v.z + alpha * u.z,
+                                      v.w + alpha * u.w);
+    }
+    FOR_EACH_TAIL(n) y[i] += alpha * x[i];
+}
+
+__device__ float relu(float v) { return v > 0.0f ? v : 0.0f; }
+__device__ float relu_grad(float y, float g) { return y > 0.0f ? g : 0.0f; }
+
+KERNEL void relu_forward(float* x, long long n) {
+    FOR_EACH_VEC4(n) {
+        float4 u = ((float4*)x)[i];
+        ((float4*)x)[i] = make_float4(relu(u.x), relu(u.y), relu(u.z), relu(u.w));
+    }
+    FOR_EACH_TAIL(n) x[i] = relu(x[i]);
+}
+
+KERNEL void relu_backward(const float* y, float* dy, long long n) {
+    FOR_EACH_VEC4(n) {
+        float4 u = ((const float4*)y)[i], g = ((float4*)dy)[i];
+        ((float4*)dy)[i] = make_float4(relu_grad(u.x, g.x), relu_grad(u.y, g.y),
+                                       relu_grad(u.z, g.z), relu_grad(u.w, g.w));
+    }
+    FOR_EACH_TAIL(n) dy[i] = relu_grad(y[i], dy[i]);
+}
+
+// Deterministic pseudo-random values in [-1, 1) for benchmark inputs: a hash of the index,
+// so no two runs or devices need to share a generator.
+__device__ float pattern_value(long long i, int seed) {
+    unsigned int h = (unsigned int)(i * 2654435761ll) ^ (unsigned int)(seed * 40503);
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    h *= 3266489917u;
+    h ^= h >> 16;
+    return (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+KERNEL void fill_pattern_f32(float* x, long long n, int seed) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) x[i] = pattern_value(i, seed);
+}
+
+// The same values as IEEE half bits (every value is normal or zero in this range, so the
+// conversion only rounds the mantissa down).
+KERNEL void fill_pattern_f16(unsigned short* x, long long n, int seed) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        unsigned int bits = (unsigned int)__float_as_int(pattern_value(i, seed));
+        unsigned int sign = (bits >> 16) & 0x8000u;
+        int exponent = (int)((bits >> 23) & 0xff) - 127 + 15;
+        unsigned int mantissa = (bits >> 13) & 0x3ffu;
+        x[i] = exponent <= 0 ? (unsigned short)sign
+                             : (unsigned short)(sign | ((unsigned int)exponent << 10) | mantissa);
+    }
+}
+
+// ---------------------------------------------------------------- reductions
+
+// Sums of squares, deterministic in two stages: each block writes its partial sum, then
+// one block adds the partials in a fixed order.
+KERNEL void sum_squares_partial(const float* x, long long n, float* partials) {
+    __shared__ float acc[BLOCK];
+    float s = 0.0f;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) s += x[i] * x[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) acc[threadIdx.x] += acc[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc[0];
+}
+
+KERNEL void sum_partials(const float* partials, int count, float* out, int index) {
+    __shared__ double acc[BLOCK];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < count; i += BLOCK) s += (double)partials[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) acc[threadIdx.x] += acc[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[index] = (float)acc[0];
+}
+
+// Sets *flag to 1 when any element is NaN or infinite (every writer writes the same value).
+KERNEL void non_finite_flag(const float* x, long long n, float* flag) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        if ((__float_as_int(x[i]) & 0x7f800000) == 0x7f800000) flag[0] = 1.0f;
+    }
+}
+
+// ---------------------------------------------------------------- convolution
+
+// im2col over `images` images starting at `first_image`: col is [images·OH·OW, KH·KW·C]
+// with (kh, kw, c) ordering; padding reads as zero. One thread per column element, for
+// few channels (the 3-channel stem); the host keeps the chunk under 2^31 elements so the
+// index arithmetic stays 32-bit.
+KERNEL void im2col(const float* x, float* col, int first_image, int images, int h, int w,
+                   int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
+    int k = kh_n * kw_n * c;
+    int total = images * oh_n * ow_n * k;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int row = i / k;
+        int kk = i - row * k;
+        int ci = kk % c;
+        int r = kk / c;
+        int kw = r % kw_n;
+        int kh = r / kw_n;
+        int ow = row % ow_n;
+        int t = row / ow_n;
+        int oh = t % oh_n;
+        int n = first_image + t / oh_n;
+        int ih = oh * stride + kh - pad;
+        int iw = ow * stride + kw - pad;
+        float v = 0.0f;
+        if (ih >= 0 && ih < h && iw >= 0 && iw < w)
+            v = x[(((long long)n * h + ih) * w + iw) * c + ci];
+        col[i] = v;
+    }
+}
+
+// The same by rows: a block per output pixel. For a fixed kh the KW·C column entries read
+// consecutive input (consecutive kw read consecutive iw at any stride), so each is one
+// contiguous copy with the padded ends zeroed, and no thread divides.
+KERNEL void im2col_rows(const float* x, float* col, int first_image, int rows, int h, int w,
+                        int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
+    int k = kh_n * kw_n * c;
+    int segment = kw_n * c;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        int ow = row % ow_n;
+        int t = row / ow_n;
+        int oh = t % oh_n;
+        int n = first_image + t / oh_n;
+        int iw0 = ow * stride - pad;
+        // Valid kw are those with 0 <= iw0 + kw < w.
+        int lo = (iw0 < 0 ? -iw0 : 0) * c;
+        int hi = (w - iw0 < kw_n ? w - iw0 : kw_n) * c;
+        float* dst = col + (long long)row * k;
+        for (int kh = 0; kh < kh_n; ++kh) {
+            int ih = oh * stride + kh - pad;
+            bool row_inside = ih >= 0 && ih < h;
+            const float* src = x + (((long long)n * h + (row_inside ? ih : 0)) * w) * c +
+                               (long long)iw0 * c;
+            float* d = dst + kh * segment;
+            for (int j = threadIdx.x; j < segment; j += blockDim.x)
+                d[j] = (row_inside && j >= lo && j < hi) ? src[j] : 0.0f;
+        }
+    }
+}
+
+// The adjoint of im2col as a gather: each input-gradient element of the chunk's images
+// sums the column entries that read it, so no two threads write one address. The chunk
+// is under 2^31 elements.
+KERNEL void col2im(const float* dcol, float* dx, int first_image, int images, int h, int w,
+                   int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
+    int k = kh_n * kw_n * c;
+    int total = images * h * w * c;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int ci = i % c;
+        int t = i / c;
+        int iw = t % w;
+        t /= w;
+        int ih = t % h;
+        int n_local = t / h;
+        float s = 0.0f;
+        for (int kh = 0; kh < kh_n; ++kh) {
+            int oh_s = ih + pad - kh;
+            if (oh_s < 0 || oh_s % stride != 0) continue;
+            int oh = oh_s / stride;
+            if (oh >= oh_n) continue;
+            for (int kw = 0; kw < kw_n; ++kw) {
+                int ow_s = iw + pad - kw;
+                if (ow_s < 0 || ow_s % stride != 0) continue;
+                int ow = ow_s / stride;
+                if (ow >= ow_n) continue;
+                long long row = ((long long)n_local * oh_n + oh) * ow_n + ow;
+                s += dcol[row * k + (kh * kw_n + kw) * c + ci];
+            }
+        }
+        dx[(long long)first_image * h * w * c + i] = s;
+    }
+}
+
+// Filter layouts for DNN libraries: HWIO [s, cin, cout] (s = kh·kw) to OHWI
+// [cout, s, cin] and back. One thread per element, under 2^31 elements.
+KERNEL void hwio_to_ohwi(const float* src, float* dst, int spatial, int cin, int cout) {
+    int total = spatial * cin * cout;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int ci = i % cin;
+        int t = i / cin;
+        int s = t % spatial;
+        int co = t / spatial;
+        dst[i] = src[(s * cin + ci) * cout + co];
+    }
+}
+
+KERNEL void ohwi_to_hwio(const float* src, float* dst, int spatial, int cin, int cout) {
+    int total = spatial * cin * cout;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int co = i % cout;
+        int t = i / cout;
+        int ci = t % cin;
+        int s = t / cin;
+        dst[i] = src[(co * spatial + s) * cin + ci];
+    }
+}
+
+// ---------------------------------------------------------------- batch norm over [rows, C]
+
+// Per-channel partial sums over a slab of rows: block (32, 8) covers 32 channels; blockIdx.y
+// picks the slab. Writes partial1/partial2[blockIdx.y·C + c] for the finalize kernels.
+// mode 0 (statistics): sums of (x − x[0,c]) and its square, shifted for accuracy.
+// mode 1 (gradients):  sums of dy and dy·(x − mean[c]).
+KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean, long long rows,
+                            int channels, int rows_per_slab, int mode, float* partial1,
+                            float* partial2) {
+    __shared__ float s1[8][33];
+    __shared__ float s2[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    long long first = (long long)blockIdx.y * rows_per_slab;
+    long long last = first + rows_per_slab;
+    if (last > rows) last = rows;
+    float a1 = 0.0f, a2 = 0.0f;
+    if (c < channels) {
+        float center = mode == 0 ? x[c] : mean[c];
+        for (long long r = first + threadIdx.y; r < last; r += 8) {
+            float d = x[r * channels + c] - center;
+            if (mode == 0) {
+                a1 += d;
+                a2 += d * d;
+            } else {
+                float g = dy[r * channels + c];
+                a1 += g;
+                a2 += g * d;
+            }
+        }
+    }
+    s1[threadIdx.y][threadIdx.x] = a1;
+    s2[threadIdx.y][threadIdx.x] = a2;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < channels) {
+        float t1 = 0.0f, t2 = 0.0f;
+        for (int j = 0; j < 8; ++j) {
+            t1 += s1[j][threadIdx.x];
+            t2 += s2[j][threadIdx.x];
+        }
+        partial1[(long long)blockIdx.y * channels + c] = t1;
+        partial2[(long long)blockIdx.y * channels + c] = t2;
+    }
+}
+
+// Batch statistics, running statistics and the affine coefficients y = x·scale + shift.
+KERNEL void bn_forward_finalize(const float* partial1, const float* partial2, int slabs,
+                                long long rows, int channels, const float* x,
+                                const float* gamma, const float* beta, float* running_mean,
+                                float* running_var, float eps, float momentum,
+                                float* saved_mean, float* saved_inv_std, float* scale,
+                                float* shift) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    double sum_d = 0.0, sum_d2 = 0.0;
+    for (int s = 0; s < slabs; ++s) {
+        sum_d += (double)partial1[(long long)s * channels + c];
+        sum_d2 += (double)partial2[(long long)s * channels + c];
+    }
+    double n = (double)rows;
+    double mean_d = sum_d / n;
+    double var = sum_d2 / n - mean_d * mean_d;
+    if (var < 0.0) var = 0.0;
+    double mean = (double)x[c] + mean_d;
+    double inv_std = 1.0 / sqrt(var + (double)eps);
+    saved_mean[c] = (float)mean;
+    saved_inv_std[c] = (float)inv_std;
+    scale[c] = (float)((double)gamma[c] * inv_std);
+    shift[c] = (float)((double)beta[c] - mean * (double)gamma[c] * inv_std);
+    double unbiased = var * n / (n - 1.0);
+    double m = (double)momentum;
+    running_mean[c] = (float)((1.0 - m) * (double)running_mean[c] + m * mean);
+    running_var[c] = (float)((1.0 - m) * (double)running_var[c] + m * unbiased);
+}
+
+KERNEL void bn_eval_coefficients(const float* gamma, const float* beta,
+                                 const float* running_mean, const float* running_var,
+                                 float eps, int channels, float* scale, float* shift) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    double inv_std = 1.0 / sqrt((double)running_var[c] + (double)eps);
+    scale[c] = (float)((double)gamma[c] * inv_std);
+    shift[c] = (float)((double)beta[c] - (double)running_mean[c] * (double)gamma[c] * inv_std);
+}
+
+// rows·channels is under 2^31 (the host checks), so the channel index is 32-bit.
+KERNEL void channel_affine(const float* x, const float* scale, const float* shift, float* y,
+                           int total, int channels) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int c = i % channels;
+        y[i] = x[i] * scale[c] + shift[c];
+    }
+}
+
+// dγ, dβ and the coefficients of dx = x·a + dy·g + b.
+KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, int slabs,
+                                 long long rows, int channels, const float* gamma,
+                                 const float* saved_mean, const float* saved_inv_std,
+                                 float* dgamma, float* dbeta, float* coef_a, float* coef_g,
+                                 float* coef_b) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    double sum_dy = 0.0, sum_dy_xc = 0.0;
+    for (int s = 0; s < slabs; ++s) {
+        sum_dy += (double)partial1[(long long)s * channels + c];
+        sum_dy_xc += (double)partial2[(long long)s * channels + c];
+    }
+    double n = (double)rows;
+    double inv_std = (double)saved_inv_std[c];
+    double db = sum_dy;
+    double dg = sum_dy_xc * inv_std;
+    dbeta[c] = (float)db;
+    dgamma[c] = (float)dg;
+    double k = (double)gamma[c] * inv_std;
+    double xa = -k * inv_std * dg / n;
+    coef_g[c] = (float)k;
+    coef_a[c] = (float)xa;
+    coef_b[c] = (float)(-k * db / n - xa * (double)saved_mean[c]);
+}
+
+KERNEL void bn_backward_dx(const float* x, const float* dy, const float* coef_a,
+                           const float* coef_g, const float* coef_b, float* dx, int total,
+                           int channels) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int c = i % channels;
+        dx[i] = x[i] * coef_a[c] + dy[i] * coef_g[c] + coef_b[c];
+    }
+}
+
+// ---------------------------------------------------------------- pooling
+
+KERNEL void max_pool_forward(const float* x, float* y, int batch, int h, int w, int c,
+                             int kernel, int stride, int pad, int oh_n, int ow_n) {
+    long long total = (long long)batch * oh_n * ow_n * c;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long step = (long long)gridDim.x * blockDim.x;
+    for (; i < total; i += step) {
+        int ci = (int)(i % c);
+        int ow = (int)((i / c) % ow_n);
+        int oh = (int)((i / ((long long)c * ow_n)) % oh_n);
+        long long n = i / ((long long)c * ow_n * oh_n);
+        float best = -__int_as_float(0x7f800000);
+        for (int kh = 0; kh < kernel; ++kh) {
+            int ih = oh * stride + kh - pad;
+            if (ih < 0 || ih >= h) continue;
+            for (int kw = 0; kw < kernel; ++kw) {
+                int iw = ow * stride + kw - pad;
+                if (iw < 0 || iw >= w) continue;
+                float v = x[((n * h + ih) * w + iw) * c + ci];
+                if (v > best || v != v) best = v;
+            }
+        }
+        y[i] = best;
+    }
+}
+
+// Gather form of the backward: an input element takes the gradient of every window whose
+// first maximum it is, recomputed here, so no atomics are needed. Under 2^31 elements.
+KERNEL void max_pool_backward(const float* x, const float* dy, float* dx, int batch, int h,
+                              int w, int c, int kernel, int stride, int pad, int oh_n,
+                              int ow_n) {
+    int total = batch * h * w * c;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int ci = i % c;
+        int t = i / c;
+        int iw = t % w;
+        t /= w;
+        int ih = t % h;
+        int n = t / h;
+        const float* image = x + (long long)n * h * w * c + ci;
+        float g = 0.0f;
+        for (int kh = 0; kh < kernel; ++kh) {
+            int oh_s = ih + pad - kh;
+            if (oh_s < 0 || oh_s % stride != 0) continue;
+            int oh = oh_s / stride;
+            if (oh >= oh_n) continue;
+            for (int kw = 0; kw < kernel; ++kw) {
+                int ow_s = iw + pad - kw;
+                if (ow_s < 0 || ow_s % stride != 0) continue;
+                int ow = ow_s / stride;
+                if (ow >= ow_n) continue;
+                // The window's first maximum, in the same scan order as the CPU backend.
+                float best = -__int_as_float(0x7f800000);
+                int best_h = -1, best_w = -1;
+                for (int wh = 0; wh < kernel; ++wh) {
+                    int yh = oh * stride + wh - pad;
+                    if (yh < 0 || yh >= h) continue;
+                    for (int ww = 0; ww < kernel; ++ww) {
+                        int yw = ow * stride + ww - pad;
+                        if (yw < 0 || yw >= w) continue;
+                        float v = image[(yh * w + yw) * c];
+                        if (v > best || best_h < 0) {
+                            best = v;
+                            best_h = yh;
+                            best_w = yw;
+                        }
+                    }
+                }
+                if (best_h == ih && best_w == iw)
+                    g += dy[(((long long)n * oh_n + oh) * ow_n + ow) * c + ci];
+            }
+        }
+        dx[i] = g;
+    }
+}
+
+KERNEL void global_avg_forward(const float* x, float* y, int batch, int spatial, int c) {
+    long long total = (long long)batch * c;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    int ci = (int)(i % c);
+    long long n = i / c;
+    float s = 0.0f;
+    for (int p = 0; p < spatial; ++p) s += x[(n * spatial + p) * c + ci];
+    y[i] = s / (float)spatial;
+}
+
+KERNEL void global_avg_backward(const float* dy, float* dx, int batch, int spatial, int c) {
+    long long total = (long long)batch * spatial * c;
+    float inv = 1.0f / (float)spatial;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long step = (long long)gridDim.x * blockDim.x;
+    for (; i < total; i += step) {
+        int ci = (int)(i % c);
+        long long n = i / ((long long)spatial * c);
+        dx[i] = dy[n * c + ci] * inv;
+    }
+}
+
+// ---------------------------------------------------------------- fully connected helpers
+
+KERNEL void broadcast_rows(const float* row, float* y, long long rows, int cols) {
+    long long total = rows * cols;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long step = (long long)gridDim.x * blockDim.x;
+    for (; i < total; i += step) y[i] = row[i % cols];
+}
+
+KERNEL void column_sums(const float* m, float* out, long long rows, int cols) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= cols) return;
+    float s = 0.0f;
+    for (long long r = 0; r < rows; ++r) s += m[r * cols + j];
+    out[j] = s;
+}
+
+// ---------------------------------------------------------------- softmax cross-entropy
+
+// count[0] := number of samples whose label is not negative (padding).
+KERNEL void ce_count_valid(const float* labels, int batch, float* count) {
+    __shared__ float acc[BLOCK];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < batch; i += BLOCK) s += labels[i] >= 0.0f ? 1.0f : 0.0f;
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) acc[threadIdx.x] += acc[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) count[0] = acc[0];
+}
+
+// Block reduction helpers over BLOCK threads: each returns the result to every thread.
+__device__ float block_max(float v, float* scratch) {
+    scratch[threadIdx.x] = v;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) {
+            float o = scratch[threadIdx.x + half];
+            if (o > scratch[threadIdx.x]) scratch[threadIdx.x] = o;
+        }
+        __syncthreads();
+    }
+    float r = scratch[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ float block_sum(float v, float* scratch) {
+    scratch[threadIdx.x] = v;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) scratch[threadIdx.x] += scratch[threadIdx.x + half];
+        __syncthreads();
+    }
+    float r = scratch[0];
+    __syncthreads();
+    return r;
+}
+
+// The log-sum-exp of one row, by a whole block.
+__device__ float row_log_sum_exp(const float* z, int classes, float* scratch) {
+    float m = -__int_as_float(0x7f800000);
+    for (int k = threadIdx.x; k < classes; k += BLOCK) m = z[k] > m ? z[k] : m;
+    m = block_max(m, scratch);
+    float s = 0.0f;
+    for (int k = threadIdx.x; k < classes; k += BLOCK) s += expf(z[k] - m);
+    s = block_sum(s, scratch);
+    return m + logf(s);
+}
+
+// One block per sample: its smoothed loss (NaN for a label that is no class) and whether
+// its first arg-max is the label. Padding samples (negative label) give 0 and 0.
+KERNEL void ce_forward(const float* logits, const float* labels, int classes, float smoothing,
+                       float* sample_loss, float* correct) {
+    __shared__ float scratch[BLOCK];
+    __shared__ int best_index[BLOCK];
+    __shared__ float best_value[BLOCK];
+    int n = blockIdx.x;
+    const float* z = logits + (long long)n * classes;
+    float label = labels[n];
+    float lse = row_log_sum_exp(z, classes, scratch);
+    float sum_z = 0.0f;
+    for (int k = threadIdx.x; k < classes; k += BLOCK) sum_z += z[k];
+    sum_z = block_sum(sum_z, scratch);
+    float bv = -__int_as_float(0x7f800000);
+    int bi = classes;
+    for (int k = threadIdx.x; k < classes; k += BLOCK) {
+        if (z[k] > bv) {
+            bv = z[k];
+            bi = k;
+        }
+    }
+    best_value[threadIdx.x] = bv;
+    best_index[threadIdx.x] = bi;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) {
+            float ov = best_value[threadIdx.x + half];
+            int oi = best_index[threadIdx.x + half];
+            if (ov > best_value[threadIdx.x] ||
+                (ov == best_value[threadIdx.x] && oi < best_index[threadIdx.x])) {
+                best_value[threadIdx.x] = ov;
+                best_index[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        if (label < 0.0f) {
+            sample_loss[n] = 0.0f;
+            correct[n] = 0.0f;
+        } else if (label != floorf(label) || label >= (float)classes) {
+            sample_loss[n] = __int_as_float(0x7fc00000);
+            correct[n] = 0.0f;
+        } else {
+            int y = (int)label;
+            float mean_z = sum_z / (float)classes;
+            sample_loss[n] = (1.0f - smoothing) * (lse - z[y]) + smoothing * (lse - mean_z);
+            correct[n] = best_index[0] == y ? 1.0f : 0.0f;
+        }
+    }
+}
+
+// loss[0] := Σ sample_loss / count[0] (NaN when every sample is padding).
+KERNEL void ce_mean(const float* sample_loss, int batch, const float* count, float* loss) {
+    __shared__ float scratch[BLOCK];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < batch; i += BLOCK) s += sample_loss[i];
+    s = block_sum(s, scratch);
+    if (threadIdx.x == 0)
+        loss[0] = count[0] > 0.0f ? s / count[0] : __int_as_float(0x7fc00000);
+}
+
+KERNEL void ce_backward(const float* logits, const float* labels, int classes,
+                        float smoothing, const float* count, float* dlogits) {
+    __shared__ float scratch[BLOCK];
+    int n = blockIdx.x;
+    const float* z = logits + (long long)n * classes;
+    float* dz = dlogits + (long long)n * classes;
+    float label = labels[n];
+    float lse = row_log_sum_exp(z, classes, scratch);
+    float valid = count[0];
+    float uniform = smoothing / (float)classes;
+    bool is_class = label >= 0.0f && label == floorf(label) && label < (float)classes;
+    int y = is_class ? (int)label : -1;
+    for (int k = threadIdx.x; k < classes; k += BLOCK) {
+        if (label < 0.0f) {
+            dz[k] = 0.0f;
+        } else if (!is_class) {
+            dz[k] = __int_as_float(0x7fc00000);
+        } else {
+            float target = (k == y ? 1.0f - smoothing : 0.0f) + uniform;
+            dz[k] = (expf(z[k] - lse) - target) / valid;
+        }
+    }
+}

@@ -1,0 +1,1288 @@
+//! The GPU backend: the engine's ops as kernels of one CUDA/HIP source plus vendor-BLAS
+//! GEMMs, over a [`GpuDriver`] for either vendor. Buffers stay on the device for the whole
+//! step; only `download` (and `has_non_finite`) bring data back.
+//!
+//! Convolutions are im2col + GEMM (1×1 stride-1 convolutions are a GEMM alone), in
+//! chunks of whole images so the column buffer stays bounded; the backward-data pass
+//! gathers instead of scattering, so every kernel is deterministic and atomic-free.
+
+/// The symbols of `list` that `library` (a cudarc or rocmrc library handle) lacks, so a
+/// driver can refuse to start instead of panicking at its first call of one.
+macro_rules! missing_symbols {
+    ($library:expr, $list:expr) => {{
+        let library = $library;
+        $list
+            .iter()
+            // SAFETY: looks the symbol up without calling it.
+            .filter(|s| unsafe { library.get::<*const std::ffi::c_void>(s.as_bytes()) }.is_err())
+            .map(|s| s.to_string())
+            .collect::<Vec<String>>()
+    }};
+}
+
+pub mod cache;
+pub mod cuda;
+pub mod cudnn;
+pub mod driver;
+pub mod hip;
+pub mod launch;
+pub mod pool;
+pub mod source;
+
+use std::sync::Arc;
+
+use super::{
+    Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved, Conv2dParams,
+    CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
+};
+use crate::engine::{EngineError, Result};
+use driver::{
+    DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, Transpose,
+};
+use pool::DevicePool;
+
+/// Column-buffer budget of one im2col chunk, in elements (512 MiB of f32).
+pub const IM2COL_BUDGET_ELEMS: usize = 1 << 27;
+
+/// Device memory kept for reuse between steps.
+pub const DEFAULT_CACHE_LIMIT_BYTES: usize = 64 << 30;
+
+/// f32 elements on the device.
+#[derive(Debug)]
+pub struct GpuBuffer {
+    ptr: DevicePtr,
+    len: usize,
+    class: usize,
+    pool: Arc<DevicePool>,
+}
+
+impl GpuBuffer {
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn at(&self, elems: usize) -> DevicePtr {
+        self.ptr.offset(elems * 4)
+    }
+}
+
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        self.pool.give_back(self.ptr, self.class);
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct GpuBackend {
+    pool: Arc<DevicePool>,
+    name: String,
+    profile: Option<Arc<Profile>>,
+    /// Whether non-pointwise convolutions go through the driver's DNN library.
+    dnn: bool,
+}
+
+/// Device time per kernel and GEMM, gathered by synchronising around every launch: slow,
+/// and only for finding where a step's time goes.
+#[derive(Debug, Default)]
+pub struct Profile {
+    entries: std::sync::Mutex<std::collections::HashMap<String, (u64, f64)>>,
+}
+
+impl Profile {
+    fn add(&self, name: &str, seconds: f64) {
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = entries.entry(name.to_string()).or_default();
+        entry.0 += 1;
+        entry.1 += seconds;
+    }
+
+    /// (name, calls, seconds), most time first.
+    pub fn report(&self) -> Vec<(String, u64, f64)> {
+        let entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut rows: Vec<_> = entries
+            .iter()
+            .map(|(name, &(calls, secs))| (name.clone(), calls, secs))
+            .collect();
+        rows.sort_by(|a, b| b.2.total_cmp(&a.2));
+        rows
+    }
+
+    pub fn clear(&self) {
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+}
+
+impl GpuBackend {
+    pub fn new(driver: Arc<dyn GpuDriver>) -> Self {
+        let name = format!("{}:{}", driver.runtime(), driver.info().ordinal);
+        let dnn = driver.dnn_library().is_some();
+        GpuBackend {
+            pool: DevicePool::new(driver, DEFAULT_CACHE_LIMIT_BYTES),
+            name,
+            profile: None,
+            dnn,
+        }
+    }
+
+    /// The same device with every kernel and GEMM timed into `profile`.
+    pub fn profiled(&self, profile: Arc<Profile>) -> Self {
+        GpuBackend {
+            profile: Some(profile),
+            ..self.clone()
+        }
+    }
+
+    fn timed<T>(&self, name: &str, work: impl FnOnce() -> Result<T>) -> Result<T> {
+        let Some(profile) = &self.profile else {
+            return work();
+        };
+        self.synchronize()?;
+        let started = std::time::Instant::now();
+        let out = work()?;
+        self.synchronize()?;
+        profile.add(name, started.elapsed().as_secs_f64());
+        Ok(out)
+    }
+
+    pub fn driver(&self) -> &Arc<dyn GpuDriver> {
+        self.pool.driver()
+    }
+
+    /// Waits for every enqueued op and reports the first device fault among them.
+    pub fn synchronize(&self) -> Result<()> {
+        self.driver().synchronize().map_err(|e| self.device(e))
+    }
+
+    fn device(&self, error: DriverError) -> EngineError {
+        EngineError::Device {
+            backend: self.name.clone(),
+            reason: error.to_string(),
+        }
+    }
+
+    fn launch(&self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Result<()> {
+        self.timed(kernel, || {
+            self.driver()
+                .launch(kernel, shape, args)
+                .map_err(|e| self.device(e))
+        })
+    }
+
+    fn gemm(&self, gemm: Gemm) -> Result<()> {
+        let name = format!(
+            "gemm {}{}",
+            if gemm.trans_a == Transpose::Yes {
+                "T"
+            } else {
+                "N"
+            },
+            if gemm.trans_b == Transpose::Yes {
+                "T"
+            } else {
+                "N"
+            }
+        );
+        self.timed(&name, || {
+            self.driver().gemm(&gemm).map_err(|e| self.device(e))
+        })
+    }
+
+    fn check(
+        &self,
+        op: &'static str,
+        what: &'static str,
+        buf: &GpuBuffer,
+        len: usize,
+    ) -> Result<()> {
+        if !Arc::ptr_eq(&buf.pool, &self.pool) {
+            return Err(EngineError::InvalidParameter {
+                op,
+                reason: format!("buffer {what} belongs to another device"),
+            });
+        }
+        if buf.len != len {
+            return Err(EngineError::BufferLength {
+                op,
+                what,
+                expected: len,
+                got: buf.len,
+            });
+        }
+        Ok(())
+    }
+
+    fn elementwise(&self, kernel: &str, n: usize, args: &[KernelArg]) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.launch(kernel, launch::elementwise(n), args)
+    }
+
+    /// A kernel that handles four elements per thread.
+    fn elementwise_vec4(&self, kernel: &str, n: usize, args: &[KernelArg]) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.launch(kernel, launch::elementwise(n.div_ceil(4)), args)
+    }
+
+    /// Weights in the DNN library's order (output channel slowest).
+    fn weights_for_dnn(&self, p: &Conv2dParams, w: &GpuBuffer) -> Result<GpuBuffer> {
+        let out = self.alloc(p.weight_len())?;
+        dims_fit_i32("conv2d", &[p.weight_len()])?;
+        self.elementwise(
+            "hwio_to_ohwi",
+            p.weight_len(),
+            &[
+                KernelArg::Ptr(w.ptr),
+                KernelArg::Ptr(out.ptr),
+                i32_arg(p.kernel_h * p.kernel_w),
+                i32_arg(p.in_c),
+                i32_arg(p.out_c),
+            ],
+        )?;
+        Ok(out)
+    }
+
+    fn dnn_conv(&self, name: &str, conv: DnnConv) -> Result<()> {
+        self.timed(name, || {
+            match self.driver().dnn_conv(&conv).map_err(|e| self.device(e))? {
+                true => Ok(()),
+                false => Err(self.device(DriverError::InvalidArgument(
+                    "the driver lost its DNN library".into(),
+                ))),
+            }
+        })
+    }
+
+    fn conv_args(p: &Conv2dParams, first_image: usize, images: usize) -> Vec<KernelArg> {
+        [
+            first_image,
+            images,
+            p.in_h,
+            p.in_w,
+            p.in_c,
+            p.kernel_h,
+            p.kernel_w,
+            p.stride,
+            p.padding,
+            p.out_h(),
+            p.out_w(),
+        ]
+        .iter()
+        .map(|&v| i32_arg(v))
+        .collect()
+    }
+
+    /// Image chunks of a non-pointwise convolution and the column scratch they share.
+    fn conv_chunks(&self, p: &Conv2dParams) -> Result<(usize, GpuBuffer)> {
+        let k = p.kernel_h * p.kernel_w * p.in_c;
+        let rows_per_image = p.out_h() * p.out_w();
+        let images = launch::im2col_images(p.batch, rows_per_image, k, IM2COL_BUDGET_ELEMS);
+        let col = self.alloc(images * rows_per_image * k)?;
+        Ok((images, col))
+    }
+
+    fn im2col(
+        &self,
+        p: &Conv2dParams,
+        x: &GpuBuffer,
+        col: &GpuBuffer,
+        first: usize,
+        images: usize,
+    ) -> Result<()> {
+        let k = p.kernel_h * p.kernel_w * p.in_c;
+        let total = images * p.out_h() * p.out_w() * k;
+        let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(col.ptr)];
+        args.extend(Self::conv_args(p, first, images));
+        self.elementwise("im2col", total, &args)
+    }
+}
+
+fn i32_arg(v: usize) -> KernelArg {
+    KernelArg::I32(v.min(i32::MAX as usize) as i32)
+}
+
+fn i64_arg(v: usize) -> KernelArg {
+    KernelArg::I64(v as i64)
+}
+
+fn dims_fit_i32(op: &'static str, dims: &[usize]) -> Result<()> {
+    if dims.iter().all(|&d| d <= i32::MAX as usize) {
+        Ok(())
+    } else {
+        Err(EngineError::InvalidParameter {
+            op,
+            reason: format!("dimensions {dims:?} exceed the kernels' 32-bit index range"),
+        })
+    }
+}
+
+fn as_bytes(values: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and every byte pattern is a valid u8.
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
+}
+
+fn as_bytes_mut(values: &mut [f32]) -> &mut [u8] {
+    // SAFETY: every byte pattern written is a valid f32 (the device wrote f32 values).
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            values.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(values),
+        )
+    }
+}
+
+impl Backend for GpuBackend {
+    type Buffer = GpuBuffer;
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn alloc(&self, len: usize) -> Result<GpuBuffer> {
+        let (ptr, class) = self.pool.take(len * 4).map_err(|e| self.device(e))?;
+        Ok(GpuBuffer {
+            ptr,
+            len,
+            class,
+            pool: self.pool.clone(),
+        })
+    }
+
+    fn zeros(&self, len: usize) -> Result<GpuBuffer> {
+        let buf = self.alloc(len)?;
+        if len > 0 {
+            self.driver()
+                .zero(buf.ptr, len * 4)
+                .map_err(|e| self.device(e))?;
+        }
+        Ok(buf)
+    }
+
+    fn upload(&self, host: &[f32]) -> Result<GpuBuffer> {
+        let buf = self.alloc(host.len())?;
+        if !host.is_empty() {
+            self.driver()
+                .copy_to_device(buf.ptr, as_bytes(host))
+                .map_err(|e| self.device(e))?;
+        }
+        Ok(buf)
+    }
+
+    fn download(&self, buf: &GpuBuffer, host: &mut [f32]) -> Result<()> {
+        if host.len() != buf.len {
+            return Err(EngineError::BufferLength {
+                op: "download",
+                what: "host destination",
+                expected: buf.len,
+                got: host.len(),
+            });
+        }
+        self.check("download", "source", buf, buf.len)?;
+        if host.is_empty() {
+            return self.synchronize();
+        }
+        self.driver()
+            .copy_to_host(as_bytes_mut(host), buf.ptr)
+            .map_err(|e| self.device(e))
+    }
+
+    fn buffer_len(&self, buf: &GpuBuffer) -> usize {
+        buf.len
+    }
+
+    fn copy(&self, src: &GpuBuffer, dst: &mut GpuBuffer) -> Result<()> {
+        self.check("copy", "source", src, src.len)?;
+        self.check("copy", "destination", dst, src.len)?;
+        if src.len == 0 {
+            return Ok(());
+        }
+        self.driver()
+            .copy_on_device(dst.ptr, src.ptr, src.len * 4)
+            .map_err(|e| self.device(e))
+    }
+
+    fn fill(&self, buf: &mut GpuBuffer, value: f32) -> Result<()> {
+        self.check("fill", "buffer", buf, buf.len)?;
+        self.elementwise_vec4(
+            "fill_f32",
+            buf.len,
+            &[
+                KernelArg::Ptr(buf.ptr),
+                i64_arg(buf.len),
+                KernelArg::F32(value),
+            ],
+        )
+    }
+
+    fn conv2d_forward(
+        &self,
+        p: &Conv2dParams,
+        x: &GpuBuffer,
+        w: &GpuBuffer,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "conv2d_forward";
+        p.validate()?;
+        self.check(OP, "x", x, p.input_len())?;
+        self.check(OP, "w", w, p.weight_len())?;
+        self.check(OP, "y", y, p.output_len())?;
+        let (k, cout) = (p.kernel_h * p.kernel_w * p.in_c, p.out_c);
+        let rows_per_image = p.out_h() * p.out_w();
+        if p.is_pointwise() {
+            return self.gemm(Gemm {
+                m: p.batch * rows_per_image,
+                n: cout,
+                k,
+                a: x.ptr,
+                lda: k,
+                trans_a: Transpose::No,
+                b: w.ptr,
+                ldb: cout,
+                trans_b: Transpose::No,
+                c: y.ptr,
+                ldc: cout,
+                alpha: 1.0,
+                beta: 0.0,
+            });
+        }
+        if self.dnn {
+            let w_dnn = self.weights_for_dnn(p, w)?;
+            return self.dnn_conv(
+                "cudnn forward",
+                DnnConv {
+                    op: DnnConvOp::Forward,
+                    shape: *p,
+                    x: x.ptr,
+                    w: w_dnn.ptr,
+                    y: y.ptr,
+                },
+            );
+        }
+        let (chunk, col) = self.conv_chunks(p)?;
+        for first in (0..p.batch).step_by(chunk) {
+            let images = chunk.min(p.batch - first);
+            self.im2col(p, x, &col, first, images)?;
+            self.gemm(Gemm {
+                m: images * rows_per_image,
+                n: cout,
+                k,
+                a: col.ptr,
+                lda: k,
+                trans_a: Transpose::No,
+                b: w.ptr,
+                ldb: cout,
+                trans_b: Transpose::No,
+                c: y.at(first * rows_per_image * cout),
+                ldc: cout,
+                alpha: 1.0,
+                beta: 0.0,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn conv2d_backward_data(
+        &self,
+        p: &Conv2dParams,
+        dy: &GpuBuffer,
+        w: &GpuBuffer,
+        dx: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "conv2d_backward_data";
+        p.validate()?;
+        self.check(OP, "dy", dy, p.output_len())?;
+        self.check(OP, "w", w, p.weight_len())?;
+        self.check(OP, "dx", dx, p.input_len())?;
+        let (k, cout) = (p.kernel_h * p.kernel_w * p.in_c, p.out_c);
+        let rows_per_image = p.out_h() * p.out_w();
+        if p.is_pointwise() {
+            return self.gemm(Gemm {
+                m: p.batch * rows_per_image,
+                n: k,
+                k: cout,
+                a: dy.ptr,
+                lda: cout,
+                trans_a: Transpose::No,
+                b: w.ptr,
+                ldb: cout,
+                trans_b: Transpose::Yes,
+                c: dx.ptr,
+                ldc: k,
+                alpha: 1.0,
+                beta: 0.0,
+            });
+        }
+        if self.dnn {
+            let w_dnn = self.weights_for_dnn(p, w)?;
+            return self.dnn_conv(
+                "cudnn backward data",
+                DnnConv {
+                    op: DnnConvOp::BackwardData,
+                    shape: *p,
+                    x: dx.ptr,
+                    w: w_dnn.ptr,
+                    y: dy.ptr,
+                },
+            );
+        }
+        let (chunk, dcol) = self.conv_chunks(p)?;
+        for first in (0..p.batch).step_by(chunk) {
+            let images = chunk.min(p.batch - first);
+            self.gemm(Gemm {
+                m: images * rows_per_image,
+                n: k,
+                k: cout,
+                a: dy.at(first * rows_per_image * cout),
+                lda: cout,
+                trans_a: Transpose::No,
+                b: w.ptr,
+                ldb: cout,
+                trans_b: Transpose::Yes,
+                c: dcol.ptr,
+                ldc: k,
+                alpha: 1.0,
+                beta: 0.0,
+            })?;
+            let total = images * p.in_h * p.in_w * p.in_c;
+            dims_fit_i32(OP, &[total])?;
+            let mut args = vec![KernelArg::Ptr(dcol.ptr), KernelArg::Ptr(dx.ptr)];
+            args.extend(Self::conv_args(p, first, images));
+            self.elementwise("col2im", total, &args)?;
+        }
+        Ok(())
+    }
+
+    fn conv2d_backward_filter(
+        &self,
+        p: &Conv2dParams,
+        x: &GpuBuffer,
+        dy: &GpuBuffer,
+        dw: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "conv2d_backward_filter";
+        p.validate()?;
+        self.check(OP, "x", x, p.input_len())?;
+        self.check(OP, "dy", dy, p.output_len())?;
+        self.check(OP, "dw", dw, p.weight_len())?;
+        let (k, cout) = (p.kernel_h * p.kernel_w * p.in_c, p.out_c);
+        let rows_per_image = p.out_h() * p.out_w();
+        if p.is_pointwise() {
+            return self.gemm(Gemm {
+                m: k,
+                n: cout,
+                k: p.batch * rows_per_image,
+                a: x.ptr,
+                lda: k,
+                trans_a: Transpose::Yes,
+                b: dy.ptr,
+                ldb: cout,
+                trans_b: Transpose::No,
+                c: dw.ptr,
+                ldc: cout,
+                alpha: 1.0,
+                beta: 0.0,
+            });
+        }
+        if self.dnn {
+            let dw_dnn = self.alloc(p.weight_len())?;
+            self.dnn_conv(
+                "cudnn backward filter",
+                DnnConv {
+                    op: DnnConvOp::BackwardFilter,
+                    shape: *p,
+                    x: x.ptr,
+                    w: dw_dnn.ptr,
+                    y: dy.ptr,
+                },
+            )?;
+            dims_fit_i32(OP, &[p.weight_len()])?;
+            return self.elementwise(
+                "ohwi_to_hwio",
+                p.weight_len(),
+                &[
+                    KernelArg::Ptr(dw_dnn.ptr),
+                    KernelArg::Ptr(dw.ptr),
+                    i32_arg(p.kernel_h * p.kernel_w),
+                    i32_arg(p.in_c),
+                    i32_arg(p.out_c),
+                ],
+            );
+        }
+        let (chunk, col) = self.conv_chunks(p)?;
+        for first in (0..p.batch).step_by(chunk) {
+            let images = chunk.min(p.batch - first);
+            self.im2col(p, x, &col, first, images)?;
+            self.gemm(Gemm {
+                m: k,
+                n: cout,
+                k: images * rows_per_image,
+                a: col.ptr,
+                lda: k,
+                trans_a: Transpose::Yes,
+                b: dy.at(first * rows_per_image * cout),
+                ldb: cout,
+                trans_b: Transpose::No,
+                c: dw.ptr,
+                ldc: cout,
+                alpha: 1.0,
+                beta: if first == 0 { 0.0 } else { 1.0 },
+            })?;
+        }
+        Ok(())
+    }
+
+    fn batch_norm_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        bn: &mut BatchNormBuffers<GpuBuffer>,
+        saved: &mut BatchNormSaved<GpuBuffer>,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_forward_train";
+        p.validate(true)?;
+        let (rows, c) = (p.rows, p.channels);
+        self.check(OP, "x", x, rows * c)?;
+        self.check(OP, "y", y, rows * c)?;
+        self.check_bn(OP, bn, c)?;
+        self.check(OP, "saved mean", &saved.mean, c)?;
+        self.check(OP, "saved inv_std", &saved.inv_std, c)?;
+        dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
+        let slabs = launch::bn_slabs(rows);
+        let p1 = self.alloc(slabs * c)?;
+        let p2 = self.alloc(slabs * c)?;
+        self.launch(
+            "bn_partial_sums",
+            launch::bn_partials(rows, c),
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(x.ptr),
+                i64_arg(rows),
+                i32_arg(c),
+                i32_arg(launch::BN_ROWS_PER_SLAB),
+                KernelArg::I32(0),
+                KernelArg::Ptr(p1.ptr),
+                KernelArg::Ptr(p2.ptr),
+            ],
+        )?;
+        let scale = self.alloc(c)?;
+        let shift = self.alloc(c)?;
+        self.launch(
+            "bn_forward_finalize",
+            launch::one_thread_each(c),
+            &[
+                KernelArg::Ptr(p1.ptr),
+                KernelArg::Ptr(p2.ptr),
+                i32_arg(slabs),
+                i64_arg(rows),
+                i32_arg(c),
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(bn.gamma.ptr),
+                KernelArg::Ptr(bn.beta.ptr),
+                KernelArg::Ptr(bn.running_mean.ptr),
+                KernelArg::Ptr(bn.running_var.ptr),
+                KernelArg::F32(p.eps),
+                KernelArg::F32(p.momentum),
+                KernelArg::Ptr(saved.mean.ptr),
+                KernelArg::Ptr(saved.inv_std.ptr),
+                KernelArg::Ptr(scale.ptr),
+                KernelArg::Ptr(shift.ptr),
+            ],
+        )?;
+        self.channel_affine(x, &scale, &shift, y, rows, c)
+    }
+
+    fn batch_norm_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        bn: &BatchNormBuffers<GpuBuffer>,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_forward_eval";
+        p.validate(false)?;
+        let (rows, c) = (p.rows, p.channels);
+        self.check(OP, "x", x, rows * c)?;
+        self.check(OP, "y", y, rows * c)?;
+        self.check_bn(OP, bn, c)?;
+        dims_fit_i32(OP, &[c])?;
+        let scale = self.alloc(c)?;
+        let shift = self.alloc(c)?;
+        self.launch(
+            "bn_eval_coefficients",
+            launch::one_thread_each(c),
+            &[
+                KernelArg::Ptr(bn.gamma.ptr),
+                KernelArg::Ptr(bn.beta.ptr),
+                KernelArg::Ptr(bn.running_mean.ptr),
+                KernelArg::Ptr(bn.running_var.ptr),
+                KernelArg::F32(p.eps),
+                i32_arg(c),
+                KernelArg::Ptr(scale.ptr),
+                KernelArg::Ptr(shift.ptr),
+            ],
+        )?;
+        self.channel_affine(x, &scale, &shift, y, rows, c)
+    }
+
+    fn batch_norm_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        dy: &GpuBuffer,
+        gamma: &GpuBuffer,
+        saved: &BatchNormSaved<GpuBuffer>,
+        dx: &mut GpuBuffer,
+        grads: &mut BatchNormGrads<GpuBuffer>,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_backward";
+        p.validate(true)?;
+        let (rows, c) = (p.rows, p.channels);
+        self.check(OP, "x", x, rows * c)?;
+        self.check(OP, "dy", dy, rows * c)?;
+        self.check(OP, "dx", dx, rows * c)?;
+        self.check(OP, "gamma", gamma, c)?;
+        self.check(OP, "saved mean", &saved.mean, c)?;
+        self.check(OP, "saved inv_std", &saved.inv_std, c)?;
+        self.check(OP, "dgamma", &grads.gamma, c)?;
+        self.check(OP, "dbeta", &grads.beta, c)?;
+        dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
+        let slabs = launch::bn_slabs(rows);
+        let p1 = self.alloc(slabs * c)?;
+        let p2 = self.alloc(slabs * c)?;
+        self.launch(
+            "bn_partial_sums",
+            launch::bn_partials(rows, c),
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(dy.ptr),
+                KernelArg::Ptr(saved.mean.ptr),
+                i64_arg(rows),
+                i32_arg(c),
+                i32_arg(launch::BN_ROWS_PER_SLAB),
+                KernelArg::I32(1),
+                KernelArg::Ptr(p1.ptr),
+                KernelArg::Ptr(p2.ptr),
+            ],
+        )?;
+        let coef = self.alloc(3 * c)?;
+        self.launch(
+            "bn_backward_finalize",
+            launch::one_thread_each(c),
+            &[
+                KernelArg::Ptr(p1.ptr),
+                KernelArg::Ptr(p2.ptr),
+                i32_arg(slabs),
+                i64_arg(rows),
+                i32_arg(c),
+                KernelArg::Ptr(gamma.ptr),
+                KernelArg::Ptr(saved.mean.ptr),
+                KernelArg::Ptr(saved.inv_std.ptr),
+                KernelArg::Ptr(grads.gamma.ptr),
+                KernelArg::Ptr(grads.beta.ptr),
+                KernelArg::Ptr(coef.ptr),
+                KernelArg::Ptr(coef.at(c)),
+                KernelArg::Ptr(coef.at(2 * c)),
+            ],
+        )?;
+        dims_fit_i32(OP, &[rows * c])?;
+        self.elementwise(
+            "bn_backward_dx",
+            rows * c,
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(dy.ptr),
+                KernelArg::Ptr(coef.ptr),
+                KernelArg::Ptr(coef.at(c)),
+                KernelArg::Ptr(coef.at(2 * c)),
+                KernelArg::Ptr(dx.ptr),
+                i32_arg(rows * c),
+                i32_arg(c),
+            ],
+        )
+    }
+
+    fn relu_forward(&self, x: &mut GpuBuffer) -> Result<()> {
+        self.check("relu_forward", "x", x, x.len)?;
+        self.elementwise_vec4(
+            "relu_forward",
+            x.len,
+            &[KernelArg::Ptr(x.ptr), i64_arg(x.len)],
+        )
+    }
+
+    fn relu_backward(&self, y: &GpuBuffer, dy: &mut GpuBuffer) -> Result<()> {
+        self.check("relu_backward", "y", y, y.len)?;
+        self.check("relu_backward", "dy", dy, y.len)?;
+        self.elementwise_vec4(
+            "relu_backward",
+            y.len,
+            &[
+                KernelArg::Ptr(y.ptr),
+                KernelArg::Ptr(dy.ptr),
+                i64_arg(y.len),
+            ],
+        )
+    }
+
+    fn max_pool_forward(&self, p: &PoolParams, x: &GpuBuffer, y: &mut GpuBuffer) -> Result<()> {
+        const OP: &str = "max_pool_forward";
+        p.validate()?;
+        self.check(OP, "x", x, p.input_len())?;
+        self.check(OP, "y", y, p.output_len())?;
+        dims_fit_i32(OP, &[p.batch, p.in_h, p.in_w, p.channels])?;
+        self.elementwise(
+            "max_pool_forward",
+            p.output_len(),
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(y.ptr),
+                i32_arg(p.batch),
+                i32_arg(p.in_h),
+                i32_arg(p.in_w),
+                i32_arg(p.channels),
+                i32_arg(p.kernel),
+                i32_arg(p.stride),
+                i32_arg(p.padding),
+                i32_arg(p.out_h()),
+                i32_arg(p.out_w()),
+            ],
+        )
+    }
+
+    fn max_pool_backward(
+        &self,
+        p: &PoolParams,
+        x: &GpuBuffer,
+        dy: &GpuBuffer,
+        dx: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "max_pool_backward";
+        p.validate()?;
+        self.check(OP, "x", x, p.input_len())?;
+        self.check(OP, "dy", dy, p.output_len())?;
+        self.check(OP, "dx", dx, p.input_len())?;
+        dims_fit_i32(OP, &[p.input_len()])?;
+        self.elementwise(
+            "max_pool_backward",
+            p.input_len(),
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(dy.ptr),
+                KernelArg::Ptr(dx.ptr),
+                i32_arg(p.batch),
+                i32_arg(p.in_h),
+                i32_arg(p.in_w),
+                i32_arg(p.channels),
+                i32_arg(p.kernel),
+                i32_arg(p.stride),
+                i32_arg(p.padding),
+                i32_arg(p.out_h()),
+                i32_arg(p.out_w()),
+            ],
+        )
+    }
+
+    fn global_avg_pool_forward(
+        &self,
+        p: &GlobalPoolParams,
+        x: &GpuBuffer,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "global_avg_pool_forward";
+        p.validate()?;
+        self.check(OP, "x", x, p.batch * p.spatial * p.channels)?;
+        self.check(OP, "y", y, p.batch * p.channels)?;
+        dims_fit_i32(OP, &[p.batch, p.spatial, p.channels])?;
+        self.launch(
+            "global_avg_forward",
+            launch::one_thread_each(p.batch * p.channels),
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(y.ptr),
+                i32_arg(p.batch),
+                i32_arg(p.spatial),
+                i32_arg(p.channels),
+            ],
+        )
+    }
+
+    fn global_avg_pool_backward(
+        &self,
+        p: &GlobalPoolParams,
+        dy: &GpuBuffer,
+        dx: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "global_avg_pool_backward";
+        p.validate()?;
+        self.check(OP, "dy", dy, p.batch * p.channels)?;
+        self.check(OP, "dx", dx, p.batch * p.spatial * p.channels)?;
+        dims_fit_i32(OP, &[p.batch, p.spatial, p.channels])?;
+        self.elementwise(
+            "global_avg_backward",
+            p.batch * p.spatial * p.channels,
+            &[
+                KernelArg::Ptr(dy.ptr),
+                KernelArg::Ptr(dx.ptr),
+                i32_arg(p.batch),
+                i32_arg(p.spatial),
+                i32_arg(p.channels),
+            ],
+        )
+    }
+
+    fn linear_forward(
+        &self,
+        p: &LinearParams,
+        x: &GpuBuffer,
+        w: &GpuBuffer,
+        b: &GpuBuffer,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "linear_forward";
+        p.validate()?;
+        let (batch, fin, fout) = (p.batch, p.in_features, p.out_features);
+        self.check(OP, "x", x, batch * fin)?;
+        self.check(OP, "w", w, fout * fin)?;
+        self.check(OP, "b", b, fout)?;
+        self.check(OP, "y", y, batch * fout)?;
+        dims_fit_i32(OP, &[fout])?;
+        self.elementwise(
+            "broadcast_rows",
+            batch * fout,
+            &[
+                KernelArg::Ptr(b.ptr),
+                KernelArg::Ptr(y.ptr),
+                i64_arg(batch),
+                i32_arg(fout),
+            ],
+        )?;
+        self.gemm(Gemm {
+            m: batch,
+            n: fout,
+            k: fin,
+            a: x.ptr,
+            lda: fin,
+            trans_a: Transpose::No,
+            b: w.ptr,
+            ldb: fin,
+            trans_b: Transpose::Yes,
+            c: y.ptr,
+            ldc: fout,
+            alpha: 1.0,
+            beta: 1.0,
+        })
+    }
+
+    fn linear_backward(
+        &self,
+        p: &LinearParams,
+        x: &GpuBuffer,
+        w: &GpuBuffer,
+        dy: &GpuBuffer,
+        dx: Option<&mut GpuBuffer>,
+        dw: &mut GpuBuffer,
+        db: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "linear_backward";
+        p.validate()?;
+        let (batch, fin, fout) = (p.batch, p.in_features, p.out_features);
+        self.check(OP, "x", x, batch * fin)?;
+        self.check(OP, "w", w, fout * fin)?;
+        self.check(OP, "dy", dy, batch * fout)?;
+        self.check(OP, "dw", dw, fout * fin)?;
+        self.check(OP, "db", db, fout)?;
+        dims_fit_i32(OP, &[fout])?;
+        self.gemm(Gemm {
+            m: fout,
+            n: fin,
+            k: batch,
+            a: dy.ptr,
+            lda: fout,
+            trans_a: Transpose::Yes,
+            b: x.ptr,
+            ldb: fin,
+            trans_b: Transpose::No,
+            c: dw.ptr,
+            ldc: fin,
+            alpha: 1.0,
+            beta: 0.0,
+        })?;
+        self.launch(
+            "column_sums",
+            launch::one_thread_each(fout),
+            &[
+                KernelArg::Ptr(dy.ptr),
+                KernelArg::Ptr(db.ptr),
+                i64_arg(batch),
+                i32_arg(fout),
+            ],
+        )?;
+        if let Some(dx) = dx {
+            self.check(OP, "dx", dx, batch * fin)?;
+            self.gemm(Gemm {
+                m: batch,
+                n: fin,
+                k: fout,
+                a: dy.ptr,
+                lda: fout,
+                trans_a: Transpose::No,
+                b: w.ptr,
+                ldb: fin,
+                trans_b: Transpose::No,
+                c: dx.ptr,
+                ldc: fin,
+                alpha: 1.0,
+                beta: 0.0,
+            })?;
+        }
+        Ok(())
+    }
+
+    fn cross_entropy_forward(
+        &self,
+        p: &CrossEntropyParams,
+        logits: &GpuBuffer,
+        labels: &GpuBuffer,
+        loss: &mut GpuBuffer,
+        correct: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "cross_entropy_forward";
+        p.validate()?;
+        self.check(OP, "logits", logits, p.batch * p.classes)?;
+        self.check(OP, "labels", labels, p.batch)?;
+        self.check(OP, "loss", loss, 1)?;
+        self.check(OP, "correct", correct, p.batch)?;
+        dims_fit_i32(OP, &[p.batch, p.classes])?;
+        let count = self.alloc(1)?;
+        self.launch(
+            "ce_count_valid",
+            launch::single_block(),
+            &[
+                KernelArg::Ptr(labels.ptr),
+                i32_arg(p.batch),
+                KernelArg::Ptr(count.ptr),
+            ],
+        )?;
+        let sample_loss = self.alloc(p.batch)?;
+        self.launch(
+            "ce_forward",
+            launch::block_per_row(p.batch),
+            &[
+                KernelArg::Ptr(logits.ptr),
+                KernelArg::Ptr(labels.ptr),
+                i32_arg(p.classes),
+                KernelArg::F32(p.label_smoothing),
+                KernelArg::Ptr(sample_loss.ptr),
+                KernelArg::Ptr(correct.ptr),
+            ],
+        )?;
+        self.launch(
+            "ce_mean",
+            launch::single_block(),
+            &[
+                KernelArg::Ptr(sample_loss.ptr),
+                i32_arg(p.batch),
+                KernelArg::Ptr(count.ptr),
+                KernelArg::Ptr(loss.ptr),
+            ],
+        )
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        p: &CrossEntropyParams,
+        logits: &GpuBuffer,
+        labels: &GpuBuffer,
+        dlogits: &mut GpuBuffer,
+    ) -> Result<()> {
+        const OP: &str = "cross_entropy_backward";
+        p.validate()?;
+        self.check(OP, "logits", logits, p.batch * p.classes)?;
+        self.check(OP, "labels", labels, p.batch)?;
+        self.check(OP, "dlogits", dlogits, p.batch * p.classes)?;
+        dims_fit_i32(OP, &[p.batch, p.classes])?;
+        let count = self.alloc(1)?;
+        self.launch(
+            "ce_count_valid",
+            launch::single_block(),
+            &[
+                KernelArg::Ptr(labels.ptr),
+                i32_arg(p.batch),
+                KernelArg::Ptr(count.ptr),
+            ],
+        )?;
+        self.launch(
+            "ce_backward",
+            launch::block_per_row(p.batch),
+            &[
+                KernelArg::Ptr(logits.ptr),
+                KernelArg::Ptr(labels.ptr),
+                i32_arg(p.classes),
+                KernelArg::F32(p.label_smoothing),
+                KernelArg::Ptr(count.ptr),
+                KernelArg::Ptr(dlogits.ptr),
+            ],
+        )
+    }
+
+    fn add(&self, a: &GpuBuffer, b: &GpuBuffer, out: &mut GpuBuffer) -> Result<()> {
+        self.check("add", "a", a, a.len)?;
+        self.check("add", "second operand", b, a.len)?;
+        self.check("add", "out", out, a.len)?;
+        self.elementwise_vec4(
+            "add_f32",
+            a.len,
+            &[
+                KernelArg::Ptr(a.ptr),
+                KernelArg::Ptr(b.ptr),
+                KernelArg::Ptr(out.ptr),
+                i64_arg(a.len),
+            ],
+        )
+    }
+
+    fn add_assign(&self, dst: &mut GpuBuffer, src: &GpuBuffer) -> Result<()> {
+        self.check("add_assign", "dst", dst, dst.len)?;
+        self.check("add_assign", "src", src, dst.len)?;
+        self.elementwise_vec4(
+            "add_assign_f32",
+            dst.len,
+            &[
+                KernelArg::Ptr(dst.ptr),
+                KernelArg::Ptr(src.ptr),
+                i64_arg(dst.len),
+            ],
+        )
+    }
+
+    fn scale(&self, x: &mut GpuBuffer, alpha: f32) -> Result<()> {
+        self.check("scale", "x", x, x.len)?;
+        self.elementwise_vec4(
+            "scale_f32",
+            x.len,
+            &[KernelArg::Ptr(x.ptr), i64_arg(x.len), KernelArg::F32(alpha)],
+        )
+    }
+
+    fn axpy(&self, alpha: f32, x: &GpuBuffer, y: &mut GpuBuffer) -> Result<()> {
+        self.check("axpy", "x", x, x.len)?;
+        self.check("axpy", "y", y, x.len)?;
+        self.elementwise_vec4(
+            "axpy_f32",
+            x.len,
+            &[
+                KernelArg::F32(alpha),
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(y.ptr),
+                i64_arg(x.len),
+            ],
+        )
+    }
+
+    fn sum_squares(&self, x: &GpuBuffer, out: &mut GpuBuffer, index: usize) -> Result<()> {
+        self.check("sum_squares", "x", x, x.len)?;
+        self.check("sum_squares", "out", out, out.len)?;
+        if index >= out.len {
+            return Err(EngineError::BufferLength {
+                op: "sum_squares",
+                what: "out (index past its end)",
+                expected: index + 1,
+                got: out.len,
+            });
+        }
+        let shape = launch::reduction(x.len);
+        let partials = self.alloc(shape.grid.0 as usize)?;
+        self.launch(
+            "sum_squares_partial",
+            shape,
+            &[
+                KernelArg::Ptr(x.ptr),
+                i64_arg(x.len),
+                KernelArg::Ptr(partials.ptr),
+            ],
+        )?;
+        self.launch(
+            "sum_partials",
+            launch::single_block(),
+            &[
+                KernelArg::Ptr(partials.ptr),
+                i32_arg(shape.grid.0 as usize),
+                KernelArg::Ptr(out.ptr),
+                i32_arg(index),
+            ],
+        )
+    }
+
+    fn has_non_finite(&self, x: &GpuBuffer) -> Result<bool> {
+        self.check("has_non_finite", "x", x, x.len)?;
+        let flag = self.zeros(1)?;
+        self.elementwise(
+            "non_finite_flag",
+            x.len,
+            &[
+                KernelArg::Ptr(x.ptr),
+                i64_arg(x.len),
+                KernelArg::Ptr(flag.ptr),
+            ],
+        )?;
+        let mut host = [0.0f32];
+        self.download(&flag, &mut host)?;
+        Ok(host[0] != 0.0)
+    }
+}
+
+impl GpuBackend {
+    fn check_bn(&self, op: &'static str, bn: &BatchNormBuffers<GpuBuffer>, c: usize) -> Result<()> {
+        self.check(op, "gamma", &bn.gamma, c)?;
+        self.check(op, "beta", &bn.beta, c)?;
+        self.check(op, "running mean", &bn.running_mean, c)?;
+        self.check(op, "running var", &bn.running_var, c)
+    }
+
+    fn channel_affine(
+        &self,
+        x: &GpuBuffer,
+        scale: &GpuBuffer,
+        shift: &GpuBuffer,
+        y: &mut GpuBuffer,
+        rows: usize,
+        c: usize,
+    ) -> Result<()> {
+        dims_fit_i32("batch_norm", &[rows * c])?;
+        self.elementwise(
+            "channel_affine",
+            rows * c,
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(scale.ptr),
+                KernelArg::Ptr(shift.ptr),
+                KernelArg::Ptr(y.ptr),
+                i32_arg(rows * c),
+                i32_arg(c),
+            ],
+        )
+    }
+}

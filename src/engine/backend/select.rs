@@ -1,0 +1,187 @@
+//! Choosing and opening a backend by name: `cpu`, `cuda`, `hip`, or `auto` for the best
+//! one the machine has.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use super::cpu::CpuBackend;
+use super::gpu::cache::KernelCache;
+use super::gpu::cuda::{self, CudaDriver, MathMode};
+use super::gpu::driver::{DriverError, GpuDriver};
+use super::gpu::hip::{self, HipDriver};
+use super::gpu::GpuBackend;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// CUDA when it has a device, else HIP when it has one, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+    Hip,
+}
+
+impl BackendKind {
+    pub const NAMES: &'static [&'static str] = &["auto", "cpu", "cuda", "hip"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Cuda => "cuda",
+            BackendKind::Hip => "hip",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(BackendKind::Auto),
+            "cpu" => Ok(BackendKind::Cpu),
+            "cuda" => Ok(BackendKind::Cuda),
+            "hip" => Ok(BackendKind::Hip),
+            other => Err(format!(
+                "unknown backend {other:?}; expected one of {}",
+                BackendKind::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// A GPU runtime with at least one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuRuntime {
+    Cuda,
+    Hip,
+}
+
+impl GpuRuntime {
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuRuntime::Cuda => "cuda",
+            GpuRuntime::Hip => "hip",
+        }
+    }
+
+    /// Devices the runtime sees, or why it cannot be used.
+    pub fn device_count(self) -> Result<usize, DriverError> {
+        match self {
+            GpuRuntime::Cuda => cuda::device_count(),
+            GpuRuntime::Hip => hip::device_count(),
+        }
+    }
+
+    /// The driver of device `ordinal`, kernels loaded, GEMMs on TF32 tensor cores where
+    /// the device has them.
+    pub fn open(
+        self,
+        ordinal: usize,
+        cache: &KernelCache,
+    ) -> Result<Arc<dyn GpuDriver>, DriverError> {
+        Ok(match self {
+            GpuRuntime::Cuda => Arc::new(CudaDriver::open(ordinal, cache, MathMode::Tf32)?),
+            GpuRuntime::Hip => Arc::new(HipDriver::open(ordinal, cache)?),
+        })
+    }
+}
+
+/// The GPU runtime `kind` asks for: `Ok(None)` means the CPU. An explicit `cuda` or `hip`
+/// without a usable device is an error that says why; `auto` falls back to the CPU.
+pub fn resolve(kind: BackendKind) -> Result<Option<(GpuRuntime, usize)>, DriverError> {
+    let usable = |runtime: GpuRuntime| -> Result<(GpuRuntime, usize), DriverError> {
+        match runtime.device_count()? {
+            0 => Err(DriverError::NoDevice {
+                runtime: match runtime {
+                    GpuRuntime::Cuda => "CUDA",
+                    GpuRuntime::Hip => "HIP",
+                },
+                ordinal: 0,
+                count: 0,
+            }),
+            n => Ok((runtime, n)),
+        }
+    };
+    match kind {
+        BackendKind::Cpu => Ok(None),
+        BackendKind::Cuda => usable(GpuRuntime::Cuda).map(Some),
+        BackendKind::Hip => usable(GpuRuntime::Hip).map(Some),
+        BackendKind::Auto => Ok(usable(GpuRuntime::Cuda)
+            .or_else(|_| usable(GpuRuntime::Hip))
+            .ok()),
+    }
+}
+
+/// An opened backend of either family, for code that picks one at run time and then
+/// calls generic engine code with it.
+pub enum AnyBackend {
+    Cpu(CpuBackend),
+    Gpu(GpuBackend),
+}
+
+impl AnyBackend {
+    pub fn name(&self) -> String {
+        use super::Backend;
+        match self {
+            AnyBackend::Cpu(b) => b.name(),
+            AnyBackend::Gpu(b) => b.name(),
+        }
+    }
+
+    pub fn is_cpu(&self) -> bool {
+        matches!(self, AnyBackend::Cpu(_))
+    }
+}
+
+/// Opens device 0 of the backend `kind` resolves to.
+pub fn open(kind: BackendKind) -> Result<AnyBackend, DriverError> {
+    match resolve(kind)? {
+        None => Ok(AnyBackend::Cpu(CpuBackend::new())),
+        Some((runtime, _)) => {
+            let driver = runtime.open(0, &KernelCache::from_environment())?;
+            Ok(AnyBackend::Gpu(GpuBackend::new(driver)))
+        }
+    }
+}
+
+/// Every device of `runtime`, each with its own backend.
+pub fn open_all(runtime: GpuRuntime) -> Result<Vec<GpuBackend>, DriverError> {
+    let cache = KernelCache::from_environment();
+    (0..runtime.device_count()?)
+        .map(|i| runtime.open(i, &cache).map(GpuBackend::new))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_rejected() {
+        for name in BackendKind::NAMES {
+            assert_eq!(name.parse::<BackendKind>().unwrap().name(), *name);
+        }
+        let err = "opencl".parse::<BackendKind>().unwrap_err();
+        assert!(err.contains("auto, cpu, cuda, hip"), "{err}");
+    }
+
+    #[test]
+    fn cpu_needs_no_runtime_and_auto_never_fails() {
+        assert_eq!(resolve(BackendKind::Cpu), Ok(None));
+        // On a machine with no GPU runtime `auto` is the CPU; with one, a GPU. Either way
+        // it answers instead of failing.
+        let auto = resolve(BackendKind::Auto).unwrap();
+        if let Some((_, count)) = auto {
+            assert!(count > 0);
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Data-parallel training: `k` replicas of one model, each with its own backend and
+//! optimizer state, each step on its own thread with an equal share of the global batch.
+//!
+//! A step on replica `r`: forward and backward on its shard (batch-norm statistics from
+//! the shard alone, as in the MLPerf reference), its gradients weighted by its share of
+//! the batch's valid samples, one all-reduce of every gradient plus two status flags,
+//! then the optimizer update. The all-reduce leaves bit-identical sums on every replica,
+//! so replicas that start with the same weights keep the same weights.
+//!
+//! With every sample valid the weight is `1/k`: each replica's loss is the mean over its
+//! shard, so the mean of the replicas' gradients is the gradient of the global batch's
+//! mean loss. Padding samples (the first training batch of an epoch) make the shares
+//! unequal, and a shard of padding only contributes nothing.
+
+use crate::engine::backend::Backend;
+use crate::engine::data::Batch;
+use crate::engine::layers::SoftmaxCrossEntropy;
+use crate::engine::model::Model;
+use crate::engine::train::{
+    compute_gradients, DeviceBatch, DeviceOptimizer, GradientOutcome, StepOutcome, StepResult,
+};
+
+use super::collective::AllReduce;
+use super::error::ParallelError;
+use super::per_rank::run_per_rank;
+use super::shard::split_batch;
+
+/// One device's copy of the training state.
+pub struct Replica<B: Backend, M> {
+    pub backend: B,
+    pub model: M,
+    pub optimizer: DeviceOptimizer<B>,
+}
+
+/// Replicas trained in lockstep through a collective with one rank per replica.
+pub struct DataParallel<B: Backend, M> {
+    replicas: Vec<Replica<B, M>>,
+    devices: Vec<String>,
+    collective: Box<dyn AllReduce<B>>,
+    loss_fn: SoftmaxCrossEntropy,
+}
+
+/// Positions of the status flags appended to each step's all-reduce.
+const FLAG_NON_FINITE: usize = 0;
+const FLAG_CANCELLED: usize = 1;
+const FLAGS: usize = 2;
+
+/// What one replica's step decided, identical on every replica since it comes from the
+/// all-reduced flags.
+enum Decision {
+    Updated,
+    NonFiniteLoss,
+    Cancelled,
+}
+
+struct ReplicaStep {
+    decision: Decision,
+    /// `None` when this replica was cancelled before its loss or had no valid sample.
+    result: Option<StepResult>,
+}
+
+impl<B: Backend, M: Model<B>> DataParallel<B, M> {
+    /// `replicas` must hold the same initial weights (build each from the same seed);
+    /// the collective has one rank per replica, rank `r` being `replicas[r]`.
+    pub fn new(
+        replicas: Vec<Replica<B, M>>,
+        collective: Box<dyn AllReduce<B>>,
+        loss_fn: SoftmaxCrossEntropy,
+    ) -> Result<Self, ParallelError> {
+        if replicas.is_empty() || replicas.len() != collective.ranks() {
+            return Err(ParallelError::Setup {
+                reason: format!(
+                    "{} replicas for the {}-rank collective {}",
+                    replicas.len(),
+                    collective.ranks(),
+                    collective.name()
+                ),
+            });
+        }
+        let devices = replicas.iter().map(|rep| rep.backend.name()).collect();
+        Ok(DataParallel {
+            replicas,
+            devices,
+            collective,
+            loss_fn,
+        })
+    }
+
+    pub fn replicas(&self) -> &[Replica<B, M>] {
+        &self.replicas
+    }
+
+    pub fn replicas_mut(&mut self) -> &mut [Replica<B, M>] {
+        &mut self.replicas
+    }
+
+    pub fn into_replicas(self) -> Vec<Replica<B, M>> {
+        self.replicas
+    }
+
+    pub fn collective(&self) -> &dyn AllReduce<B> {
+        self.collective.as_ref()
+    }
+
+    /// Each replica's backend name, as errors give it.
+    pub fn devices(&self) -> &[String] {
+        &self.devices
+    }
+
+    /// Runs `work` for every replica on its own thread (see [`run_per_rank`]).
+    pub fn for_each_replica<T, F>(&mut self, work: F) -> Result<Vec<T>, ParallelError>
+    where
+        T: Send,
+        F: Fn(usize, &mut Replica<B, M>) -> Result<T, ParallelError> + Sync,
+    {
+        run_per_rank(
+            self.collective.as_ref(),
+            &mut self.replicas,
+            &self.devices,
+            work,
+        )
+    }
+
+    /// Uploads `shards[r]` to replica `r`, each on the replica's own thread.
+    pub fn upload_shards(
+        &mut self,
+        shards: &[Batch],
+    ) -> Result<Vec<DeviceBatch<B>>, ParallelError> {
+        if shards.len() != self.replicas.len() {
+            return Err(ParallelError::Setup {
+                reason: format!(
+                    "{} shards for {} replicas",
+                    shards.len(),
+                    self.replicas.len()
+                ),
+            });
+        }
+        self.for_each_replica(|r, rep| Ok(DeviceBatch::upload(&rep.backend, &shards[r])?))
+    }
+
+    /// A training step on the global `batch` at learning rate `lr`: split evenly over the
+    /// replicas (an error when it does not divide), uploaded, and stepped as
+    /// [`DataParallel::train_step_on_device`] does.
+    pub fn train_step(
+        &mut self,
+        batch: &Batch,
+        lr: f32,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<StepOutcome, ParallelError> {
+        let shards = split_batch(batch, self.replicas.len())?;
+        let on_device = self.upload_shards(&shards)?;
+        self.train_step_on_device(&on_device, lr, cancelled)
+    }
+
+    /// A training step where `shards[r]` is already on replica `r`'s device. The result
+    /// combines all replicas: the mean loss over every valid sample and the total correct.
+    /// A failure on any replica returns an error naming it, after every replica's thread
+    /// has returned; the collective is then aborted and this group cannot step again.
+    pub fn train_step_on_device(
+        &mut self,
+        shards: &[DeviceBatch<B>],
+        lr: f32,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<StepOutcome, ParallelError> {
+        if shards.len() != self.replicas.len() {
+            return Err(ParallelError::Setup {
+                reason: format!(
+                    "{} shards for {} replicas",
+                    shards.len(),
+                    self.replicas.len()
+                ),
+            });
+        }
+        let valid_total: usize = shards.iter().map(|s| s.valid).sum();
+        if valid_total == 0 {
+            return Err(ParallelError::Setup {
+                reason: "the global batch holds no valid sample".into(),
+            });
+        }
+        let collective = self.collective.as_ref();
+        let loss_fn = &self.loss_fn;
+        let steps = run_per_rank(collective, &mut self.replicas, &self.devices, |r, rep| {
+            let weight = (shards[r].valid as f64 / valid_total as f64) as f32;
+            replica_step(
+                r, rep, collective, loss_fn, &shards[r], weight, lr, cancelled,
+            )
+        })?;
+        Ok(combine(&steps))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn replica_step<B: Backend, M: Model<B>>(
+    rank: usize,
+    replica: &mut Replica<B, M>,
+    collective: &dyn AllReduce<B>,
+    loss_fn: &SoftmaxCrossEntropy,
+    batch: &DeviceBatch<B>,
+    weight: f32,
+    lr: f32,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<ReplicaStep, ParallelError> {
+    let Replica {
+        backend,
+        model,
+        optimizer,
+    } = replica;
+    let mut flags = [0.0f32; FLAGS];
+    let mut result = None;
+    if batch.valid == 0 {
+        // Nothing to learn from, but the replica still takes its part in the all-reduce.
+        for p in model.parameters().iter_mut() {
+            backend.fill(p.param.grad, 0.0)?;
+        }
+        if cancelled() {
+            flags[FLAG_CANCELLED] = 1.0;
+        }
+    } else {
+        match compute_gradients(backend, model, loss_fn, batch, cancelled)? {
+            GradientOutcome::Computed(r) => result = Some(r),
+            GradientOutcome::NonFiniteLoss(r) => {
+                result = Some(r);
+                flags[FLAG_NON_FINITE] = 1.0;
+            }
+            GradientOutcome::Cancelled => flags[FLAG_CANCELLED] = 1.0,
+        }
+    }
+
+    let mut flags_buf = backend.upload(&flags)?;
+    let mut params = model.parameters();
+    if weight != 1.0 {
+        for p in params.iter_mut() {
+            backend.scale(p.param.grad, weight)?;
+        }
+    }
+    {
+        let mut buffers: Vec<&mut B::Buffer> =
+            params.iter_mut().map(|p| &mut *p.param.grad).collect();
+        buffers.push(&mut flags_buf);
+        collective.all_reduce_sum(rank, backend, &mut buffers)?;
+    }
+    backend.download(&flags_buf, &mut flags)?;
+
+    let decision = if flags[FLAG_CANCELLED] > 0.0 {
+        Decision::Cancelled
+    } else if flags[FLAG_NON_FINITE] > 0.0 {
+        Decision::NonFiniteLoss
+    } else {
+        optimizer.step(backend, &mut params, lr)?;
+        Decision::Updated
+    };
+    Ok(ReplicaStep { decision, result })
+}
+
+/// The replicas' results as one step of the global batch: loss weighted by each
+/// replica's valid samples (in f64, so one replica's loss comes back unchanged).
+fn combine(steps: &[ReplicaStep]) -> StepOutcome {
+    let results: Vec<StepResult> = steps.iter().filter_map(|s| s.result).collect();
+    let valid: usize = results.iter().map(|r| r.valid).sum();
+    let correct = results.iter().map(|r| r.correct).sum();
+    let weighted: f64 = results
+        .iter()
+        .filter(|r| r.valid > 0)
+        .map(|r| f64::from(r.loss) * r.valid as f64)
+        .sum();
+    let loss = if valid == 0 {
+        f32::NAN
+    } else {
+        (weighted / valid as f64) as f32
+    };
+    let combined = StepResult {
+        loss,
+        correct,
+        valid,
+    };
+    match steps.first().map(|s| &s.decision) {
+        Some(Decision::Updated) => StepOutcome::Updated(combined),
+        Some(Decision::NonFiniteLoss) => StepOutcome::NonFiniteLoss(combined),
+        Some(Decision::Cancelled) | None => StepOutcome::Cancelled,
+    }
+}

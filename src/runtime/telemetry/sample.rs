@@ -1,0 +1,229 @@
+//! One reading of every telemetry source, and the [`Sampler`] that takes it.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{hwmon, nvml};
+
+/// One temperature sensor of a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Temperature {
+    /// `edge`, `junction`, `mem` (hwmon labels) or `gpu` (NVML).
+    pub label: String,
+    pub celsius: f64,
+    /// Where the GPU starts protecting itself: hwmon `crit` (else `emergency`), NVML's
+    /// slowdown threshold.
+    pub limit_c: Option<f64>,
+}
+
+impl Temperature {
+    pub fn over_limit(&self) -> bool {
+        self.limit_c.is_some_and(|limit| self.celsius >= limit)
+    }
+}
+
+/// Why a GPU runs below its clocks: `None` when the source cannot tell, an empty list
+/// when it says nothing holds it back.
+pub type Throttling = Option<Vec<ThrottleReason>>;
+
+/// One reason a GPU reports for holding its clocks down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThrottleReason {
+    Idle,
+    ApplicationClocks,
+    SwPowerCap,
+    HwSlowdown,
+    SyncBoost,
+    SwThermal,
+    HwThermal,
+    HwPowerBrake,
+    DisplayClocks,
+}
+
+impl ThrottleReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThrottleReason::Idle => "idle",
+            ThrottleReason::ApplicationClocks => "application_clocks",
+            ThrottleReason::SwPowerCap => "sw_power_cap",
+            ThrottleReason::HwSlowdown => "hw_slowdown",
+            ThrottleReason::SyncBoost => "sync_boost",
+            ThrottleReason::SwThermal => "sw_thermal",
+            ThrottleReason::HwThermal => "hw_thermal",
+            ThrottleReason::HwPowerBrake => "hw_power_brake",
+            ThrottleReason::DisplayClocks => "display_clocks",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ThrottleReason> {
+        ThrottleReason::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == text)
+    }
+
+    pub const ALL: [ThrottleReason; 9] = [
+        ThrottleReason::Idle,
+        ThrottleReason::ApplicationClocks,
+        ThrottleReason::SwPowerCap,
+        ThrottleReason::HwSlowdown,
+        ThrottleReason::SyncBoost,
+        ThrottleReason::SwThermal,
+        ThrottleReason::HwThermal,
+        ThrottleReason::HwPowerBrake,
+        ThrottleReason::DisplayClocks,
+    ];
+
+    /// Heat or power holds the clocks down, as opposed to idleness or a setting.
+    pub fn is_thermal_or_power(self) -> bool {
+        matches!(
+            self,
+            ThrottleReason::SwPowerCap
+                | ThrottleReason::HwSlowdown
+                | ThrottleReason::SwThermal
+                | ThrottleReason::HwThermal
+                | ThrottleReason::HwPowerBrake
+        )
+    }
+}
+
+/// What one GPU reported at one moment; `None` for anything it did not say.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GpuSample {
+    /// Position among the GPUs of its source (PCI order for hwmon, NVML's index).
+    pub index: u32,
+    /// PCI address in sysfs spelling.
+    pub address: Option<String>,
+    pub power_w: Option<f64>,
+    pub temperatures: Vec<Temperature>,
+    pub sm_clock_mhz: Option<f64>,
+    pub mem_clock_mhz: Option<f64>,
+    pub util_percent: Option<f64>,
+    pub throttling: Throttling,
+}
+
+impl GpuSample {
+    /// The name of the device in `telemetry.csv` and in metric names: `gpu0`.
+    pub fn device(&self) -> String {
+        format!("gpu{}", self.index)
+    }
+
+    /// The GPU's own temperature: hwmon's `edge`, NVML's `gpu`, else the first sensor.
+    pub fn temp(&self) -> Option<&Temperature> {
+        self.temperature("edge")
+            .or_else(|| self.temperature("gpu"))
+            .or_else(|| self.temperatures.first())
+    }
+
+    pub fn temperature(&self, label: &str) -> Option<&Temperature> {
+        self.temperatures.iter().find(|t| t.label == label)
+    }
+
+    /// How the GPU is named in findings: its address, else its index.
+    pub fn subject(&self) -> String {
+        self.address.clone().unwrap_or_else(|| self.device())
+    }
+}
+
+/// Every source read at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TelemetrySample {
+    /// Seconds since sampling began.
+    pub t_s: f64,
+    pub gpus: Vec<GpuSample>,
+    pub cpu_temp_c: Option<f64>,
+}
+
+/// The telemetry sources of one machine, found once and read on every sample.
+pub struct Sampler {
+    amd: Vec<hwmon::AmdGpu>,
+    cpu: Option<hwmon::CpuSensor>,
+    nvidia: Option<nvml::NvmlSource>,
+    findings: Vec<String>,
+}
+
+impl Sampler {
+    /// Finds the sources under `root` (`root/sys`) and loads NVML. Never fails: a
+    /// source that cannot be used is left out and explained in [`Sampler::findings`].
+    pub fn discover(root: &Path) -> Sampler {
+        let mut findings = Vec::new();
+        let amd = hwmon::amd_gpus(root);
+        let cpu = hwmon::cpu_sensor(root);
+        let nvidia = match nvml::NvmlSource::open() {
+            Ok(source) => Some(source),
+            Err(finding) => {
+                // Without the library there is simply no NVIDIA source; anything else
+                // (a driver that will not talk) deserves a word.
+                if finding != nvml::LIBRARY_NOT_FOUND {
+                    findings.push(format!("NVML telemetry: {finding}"));
+                }
+                None
+            }
+        };
+        Sampler::from_sources(amd, cpu, nvidia, findings)
+    }
+
+    /// Only the sysfs sources under `root`: what a test with a tree on disk reads.
+    pub fn discover_sysfs(root: &Path) -> Sampler {
+        Sampler::from_sources(
+            hwmon::amd_gpus(root),
+            hwmon::cpu_sensor(root),
+            None,
+            Vec::new(),
+        )
+    }
+
+    fn from_sources(
+        amd: Vec<hwmon::AmdGpu>,
+        cpu: Option<hwmon::CpuSensor>,
+        nvidia: Option<nvml::NvmlSource>,
+        mut findings: Vec<String>,
+    ) -> Sampler {
+        let sampler = Sampler {
+            amd,
+            cpu,
+            nvidia,
+            findings: Vec::new(),
+        };
+        if !sampler.has_power_source() {
+            findings.push(NO_POWER_SOURCE.to_string());
+        }
+        Sampler {
+            findings,
+            ..sampler
+        }
+    }
+
+    /// Whether any source can report power, so that energy can be measured.
+    pub fn has_power_source(&self) -> bool {
+        self.amd.iter().any(hwmon::AmdGpu::has_power)
+            || self.nvidia.as_ref().is_some_and(|n| n.device_count() > 0)
+    }
+
+    /// What was noticed while looking for sources.
+    pub fn findings(&self) -> &[String] {
+        &self.findings
+    }
+
+    /// Reads every source. Unreadable values are `None`; nothing here fails.
+    pub fn sample(&mut self, t_s: f64) -> TelemetrySample {
+        let mut gpus: Vec<GpuSample> = self.amd.iter().map(hwmon::AmdGpu::read).collect();
+        if let Some(nvidia) = &self.nvidia {
+            let offset = gpus.len() as u32;
+            gpus.extend(nvidia.read().into_iter().map(|mut gpu| {
+                gpu.index += offset;
+                gpu
+            }));
+        }
+        TelemetrySample {
+            t_s,
+            gpus,
+            cpu_temp_c: self.cpu.as_ref().and_then(hwmon::CpuSensor::read),
+        }
+    }
+}
+
+/// The note a run carries when nothing on the machine reports power.
+pub const NO_POWER_SOURCE: &str =
+    "energy not measured: no power source found (no NVML GPU, no amdgpu hwmon power reading)";

@@ -1,0 +1,104 @@
+//! The `gpu-gemm` stage of `acceptance`: fp16 and f32 matmul TFLOP/s of every GPU,
+//! against its model's published peak.
+
+use super::gpu_devices::{self, model_peak, GpuChoice};
+use super::options::{self, GPU_GEMM_SIZE, GPU_MIN_FRACTION};
+use super::record::{Check, StageResult, Verdict};
+use super::stage::{StageContext, StageReport};
+use crate::engine::backend::gpu::driver::MatmulPrecision;
+
+pub const NAME: &str = "gpu-gemm";
+pub const DEFAULT_SIZE: usize = 8192;
+/// Share of the published peak a healthy card reaches on large square matmuls: cuBLAS
+/// and rocBLAS reach 60–80 % on these parts; a card far below is throttled or broken.
+pub const DEFAULT_MIN_FRACTION: f64 = 0.5;
+const REPEATS: usize = 10;
+
+pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
+    let mut report = StageReport::new(NAME);
+    let n = options::number(ctx.options, GPU_GEMM_SIZE, DEFAULT_SIZE as f64) as usize;
+    let min_fraction = options::number(ctx.options, GPU_MIN_FRACTION, DEFAULT_MIN_FRACTION);
+    let backends = match gpu_devices::open(ctx.options) {
+        Ok(GpuChoice::Gpus { backends, .. }) => backends,
+        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
+        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    };
+    let total = backends.len() * 2;
+    let mut summary = Vec::new();
+    for (i, backend) in backends.iter().enumerate() {
+        let driver = backend.driver();
+        let info = driver.info().clone();
+        let address = info.pci_address.clone();
+        let peak = model_peak(&info.name);
+        for (j, (precision, label)) in [
+            (MatmulPrecision::F16, "fp16"),
+            (MatmulPrecision::F32, "f32"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if ctx.cancelled() {
+                return report.finish_as(Verdict::Skip, Some("cancelled".into()));
+            }
+            ctx.progress(
+                (i * 2 + j) as f64 / total as f64,
+                Some(format!("GPU {i} ({}): {label} matmul {n}³", info.name)),
+            );
+            let tflops = match driver.matmul_tflops(precision, n, REPEATS) {
+                Ok(t) => t,
+                Err(e) => {
+                    report.checks.push(Check {
+                        name: format!("{label} matmul"),
+                        subject: address.clone(),
+                        expected: "completes".into(),
+                        found: e.to_string(),
+                        verdict: Verdict::Fail,
+                    });
+                    continue;
+                }
+            };
+            report.metric(&format!("gpu{i}_{label}_tflops"), tflops, "TFLOP/s");
+            summary.push(format!("GPU {i} {label} {tflops:.1}"));
+            let Some(peak) = peak else {
+                continue;
+            };
+            let peak_tflops = match precision {
+                MatmulPrecision::F16 => peak.fp16_tflops,
+                MatmulPrecision::F32 => peak.f32_tflops,
+            };
+            let fraction = tflops / peak_tflops;
+            report.metric(
+                &format!("gpu{i}_{label}_fraction_of_peak"),
+                fraction,
+                "ratio",
+            );
+            report.checks.push(Check {
+                name: format!("{label} matmul TFLOP/s"),
+                subject: address.clone(),
+                expected: format!(
+                    "≥ {:.1} ({:.0} % of the {}'s {peak_tflops} peak)",
+                    peak_tflops * min_fraction,
+                    min_fraction * 100.0,
+                    peak.name
+                ),
+                found: format!("{tflops:.1} ({:.0} %)", fraction * 100.0),
+                verdict: if fraction >= min_fraction {
+                    Verdict::Pass
+                } else {
+                    Verdict::Fail
+                },
+            });
+        }
+        if peak.is_none() {
+            report.findings.push(format!(
+                "GPU {i} ({}): no published peak known for this model; figures recorded",
+                info.name
+            ));
+        }
+    }
+    ctx.progress(1.0, None);
+    report.finish(Some(format!(
+        "{n}³ matmuls, TFLOP/s: {}",
+        summary.join(", ")
+    )))
+}
