@@ -33,6 +33,26 @@ fn assert_no_panic(output: &Output) {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
+/// Builds tests/fixtures/FIXTURE/FIXTURE.c into `dir` under the first name, the others
+/// being links to it.
+fn build_fake(dir: &Path, fixture: &str, names: &[&str]) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(fixture)
+        .join(format!("{}.c", fixture.replace('-', "_")));
+    let target = dir.join(names[0]);
+    let gcc = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&target)
+        .arg(&source)
+        .output()
+        .expect("gcc runs");
+    assert!(gcc.status.success(), "{}", text(&gcc.stderr));
+    for alias in &names[1..] {
+        std::os::unix::fs::symlink(&target, dir.join(alias)).unwrap();
+    }
+}
+
 fn runs_in(state: &Path) -> usize {
     std::fs::read_dir(state.join("runs")).map_or(0, |d| d.count())
 }
@@ -89,17 +109,7 @@ fn an_unknown_backend_is_a_usage_error() {
 #[test]
 fn a_cuda_run_with_fake_libcuda_but_no_nvrtc_names_the_missing_library() {
     let libs = tempfile::tempdir().unwrap();
-    let source =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-libcuda/fake_libcuda.c");
-    let target = libs.path().join("libcuda.so.1");
-    let gcc = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&target)
-        .arg(&source)
-        .output()
-        .expect("gcc runs");
-    assert!(gcc.status.success(), "{}", text(&gcc.stderr));
-    std::os::unix::fs::symlink(&target, libs.path().join("libcuda.so")).unwrap();
+    build_fake(libs.path(), "fake-libcuda", &["libcuda.so.1", "libcuda.so"]);
     let out = tinyperf(
         libs.path(),
         &["run", "--suite", "smoke", "--backend", "cuda"],
@@ -117,17 +127,11 @@ fn a_cuda_run_with_fake_libcuda_but_no_nvrtc_names_the_missing_library() {
 #[test]
 fn a_hip_run_with_fake_libamdhip64_but_no_hiprtc_names_the_missing_library() {
     let libs = tempfile::tempdir().unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/fake-libamdhip64/fake_libamdhip64.c");
-    let target = libs.path().join("libamdhip64.so.6");
-    let gcc = Command::new("gcc")
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&target)
-        .arg(&source)
-        .output()
-        .expect("gcc runs");
-    assert!(gcc.status.success(), "{}", text(&gcc.stderr));
-    std::os::unix::fs::symlink(&target, libs.path().join("libamdhip64.so")).unwrap();
+    build_fake(
+        libs.path(),
+        "fake-libamdhip64",
+        &["libamdhip64.so.6", "libamdhip64.so"],
+    );
     let out = tinyperf(
         libs.path(),
         &["run", "--suite", "smoke", "--backend", "hip"],

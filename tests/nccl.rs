@@ -71,13 +71,39 @@ impl GpuDriver for DescribedOnlyDevice {
     fn synchronize(&self) -> Result<(), DriverError> {
         Ok(())
     }
-    fn matmul_tflops(&self, _: MatmulPrecision, _: usize, _: usize) -> Result<f64, DriverError> {
+    fn alloc_pinned(&self, _: usize) -> Result<*mut u8, DriverError> {
         Err(unavailable())
     }
-    fn host_copy_gbps(&self, _: bool, _: usize, _: usize) -> Result<f64, DriverError> {
+    unsafe fn free_pinned(&self, _: *mut u8) {}
+    unsafe fn copy_async(
+        &self,
+        _: bool,
+        _: *mut u8,
+        _: DevicePtr,
+        _: usize,
+    ) -> Result<(), DriverError> {
         Err(unavailable())
     }
-    fn peer_copy_gbps(&self, _: &dyn GpuDriver, _: usize, _: usize) -> Result<f64, DriverError> {
+    fn enable_peer_access(&self, _: &dyn GpuDriver) -> Result<(), DriverError> {
+        Err(unavailable())
+    }
+    fn copy_to_peer_async(
+        &self,
+        _: &dyn GpuDriver,
+        _: DevicePtr,
+        _: DevicePtr,
+        _: usize,
+    ) -> Result<(), DriverError> {
+        Err(unavailable())
+    }
+    fn matmul_square(
+        &self,
+        _: MatmulPrecision,
+        _: usize,
+        _: DevicePtr,
+        _: DevicePtr,
+        _: DevicePtr,
+    ) -> Result<(), DriverError> {
         Err(unavailable())
     }
     fn time_ms(&self, _: &mut dyn FnMut() -> Result<(), DriverError>) -> Result<f64, DriverError> {

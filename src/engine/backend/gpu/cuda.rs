@@ -14,7 +14,7 @@ use cudarc::nvrtc::{result as rtc, sys as rtc_sys};
 
 use super::cache::{CacheKey, KernelCache};
 use super::cudnn::Dnn;
-use super::driver::{median_gbps, median_tflops, peer_check_pattern, DnnConv};
+use super::driver::DnnConv;
 use super::driver::{
     DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, MatmulPrecision,
     Transpose,
@@ -299,6 +299,12 @@ fn open_dnn(stream: sys::CUstream, math: MathMode) -> Option<Dnn> {
     }
 }
 
+fn as_cuda(peer: &dyn GpuDriver) -> Result<&CudaDriver, DriverError> {
+    peer.as_any()
+        .downcast_ref::<CudaDriver>()
+        .ok_or_else(|| DriverError::InvalidArgument("peer is not a CUDA device".into()))
+}
+
 /// The engine's kernels for `arch`, from the cache when a loadable image is there,
 /// otherwise compiled by NVRTC to a CUBIN and cached.
 fn load_module(arch: &str, cache: &KernelCache) -> Result<sys::CUmodule, DriverError> {
@@ -567,52 +573,37 @@ impl GpuDriver for CudaDriver {
         Ok(true)
     }
 
-    fn host_copy_gbps(
-        &self,
-        to_device: bool,
-        bytes: usize,
-        repeats: usize,
-    ) -> Result<f64, DriverError> {
+    fn alloc_pinned(&self, bytes: usize) -> Result<*mut u8, DriverError> {
         self.bind()?;
-        // SAFETY: pinned host memory of `bytes`, freed below; its contents are never read
-        // as anything but bytes.
-        let host = unsafe { cu::malloc_host(bytes, 0) }.map_err(|e| call("cuMemHostAlloc", e))?;
-        let result = (|| {
-            let device = self.alloc(bytes)?;
-            let stream = self.handles.stream;
-            let mut copy = || -> Result<(), DriverError> {
-                // SAFETY: both ranges hold `bytes`; the timing waits for the copy.
-                unsafe {
-                    let host_slice = std::slice::from_raw_parts_mut(host.cast::<u8>(), bytes);
-                    if to_device {
-                        cu::memcpy_htod_async(device.0, host_slice, stream)
-                    } else {
-                        cu::memcpy_dtoh_async(host_slice, device.0, stream)
-                    }
-                }
-                .map_err(|e| call("cuMemcpyAsync", e))
-            };
-            let gbps = median_gbps(self, &mut copy, bytes, repeats);
-            let _ = self.synchronize();
-            // SAFETY: the stream has drained.
-            unsafe { self.free(device) };
-            gbps
-        })();
-        // SAFETY: allocated above; no copy is in flight after the synchronisation.
-        let _ = unsafe { cu::free_host(host) };
-        result
+        // SAFETY: a page-locked host allocation, freed by `free_pinned`.
+        unsafe { cu::malloc_host(bytes.max(1), 0) }
+            .map(|p| p.cast())
+            .map_err(|e| call("cuMemHostAlloc", e))
     }
 
-    fn peer_copy_gbps(
+    unsafe fn free_pinned(&self, ptr: *mut u8) {
+        let _ = cu::free_host(ptr.cast());
+    }
+
+    unsafe fn copy_async(
         &self,
-        peer: &dyn GpuDriver,
+        to_device: bool,
+        host: *mut u8,
+        device: DevicePtr,
         bytes: usize,
-        repeats: usize,
-    ) -> Result<f64, DriverError> {
-        let peer = peer
-            .as_any()
-            .downcast_ref::<CudaDriver>()
-            .ok_or_else(|| DriverError::InvalidArgument("peer is not a CUDA device".into()))?;
+    ) -> Result<(), DriverError> {
+        self.bind()?;
+        let host = std::slice::from_raw_parts_mut(host, bytes);
+        if to_device {
+            cu::memcpy_htod_async(device.0, host, self.handles.stream)
+        } else {
+            cu::memcpy_dtoh_async(host, device.0, self.handles.stream)
+        }
+        .map_err(|e| call("cuMemcpyAsync", e))
+    }
+
+    fn enable_peer_access(&self, peer: &dyn GpuDriver) -> Result<(), DriverError> {
+        let peer = as_cuda(peer)?;
         self.bind()?;
         let mut can = 0;
         // SAFETY: writes one int; both devices came from cuDeviceGet.
@@ -621,132 +612,87 @@ impl GpuDriver for CudaDriver {
             // SAFETY: both contexts are retained; "already enabled" is not a failure.
             unsafe { sys::cuCtxEnablePeerAccess(peer.handles.ctx, 0) };
         }
-        let words = bytes / 4;
-        let src = self.alloc(words * 4)?;
-        let dst = peer.alloc(words * 4)?;
-        let result = (|| {
-            let pattern = peer_check_pattern(words);
-            // SAFETY: u32 has no padding.
-            let pattern_bytes =
-                unsafe { std::slice::from_raw_parts(pattern.as_ptr().cast::<u8>(), words * 4) };
-            self.copy_to_device(src, pattern_bytes)?;
-            let stream = self.handles.stream;
-            let mut copy = || -> Result<(), DriverError> {
-                // SAFETY: both ranges hold `words * 4` bytes in their own contexts.
-                unsafe {
-                    cu::memcpy_peer_async(
-                        peer.handles.ctx,
-                        dst.0,
-                        self.handles.ctx,
-                        src.0,
-                        words * 4,
-                        stream,
-                    )
-                }
-                .map_err(|e| call("cuMemcpyPeerAsync", e))
-            };
-            let gbps = median_gbps(self, &mut copy, words * 4, repeats)?;
-            self.synchronize()?;
-            let mut back = vec![0u8; words * 4];
-            peer.copy_to_host(&mut back, dst)?;
-            if back != pattern_bytes {
-                return Err(DriverError::CorruptCopy {
-                    from: format!("cuda:{}", self.info.ordinal),
-                    to: format!("cuda:{}", peer.info.ordinal),
-                });
-            }
-            Ok(gbps)
-        })();
-        let _ = self.synchronize();
-        let _ = peer.synchronize();
-        // SAFETY: both streams have drained.
-        unsafe {
-            self.free(src);
-            peer.free(dst);
-        }
-        result
+        Ok(())
     }
 
-    fn matmul_tflops(
+    fn copy_to_peer_async(
+        &self,
+        peer: &dyn GpuDriver,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        let peer = as_cuda(peer)?;
+        self.bind()?;
+        // SAFETY: both ranges hold `bytes` in their own contexts.
+        unsafe {
+            cu::memcpy_peer_async(
+                peer.handles.ctx,
+                dst.0,
+                self.handles.ctx,
+                src.0,
+                bytes,
+                self.handles.stream,
+            )
+        }
+        .map_err(|e| call("cuMemcpyPeerAsync", e))
+    }
+
+    fn matmul_square(
         &self,
         precision: MatmulPrecision,
         n: usize,
-        repeats: usize,
-    ) -> Result<f64, DriverError> {
-        let half = precision == MatmulPrecision::F16;
+        a: DevicePtr,
+        b: DevicePtr,
+        c: DevicePtr,
+    ) -> Result<(), DriverError> {
         self.bind()?;
-        let elem = if half { 2 } else { 4 };
-        let a = self.alloc(n * n * elem)?;
-        let b = self.alloc(n * n * elem)?;
-        let c = self.alloc(n * n * 4)?;
-        let result = (|| {
-            for (buf, seed) in [(a, 1), (b, 2)] {
-                let kernel = if half {
-                    "fill_pattern_f16"
-                } else {
-                    "fill_pattern_f32"
-                };
-                self.launch(
-                    kernel,
-                    super::launch::elementwise(n * n),
-                    &[
-                        KernelArg::Ptr(buf),
-                        KernelArg::I64((n * n) as i64),
-                        KernelArg::I32(seed),
-                    ],
-                )?;
-            }
-            let dtype = if half {
-                blas::cudaDataType::CUDA_R_16F
-            } else {
-                blas::cudaDataType::CUDA_R_32F
-            };
-            let compute = match (half, self.math) {
-                (false, MathMode::Tf32) => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
-                _ => blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            };
-            let mut product = || -> Result<(), DriverError> {
-                let (alpha, beta) = (1.0f32, 0.0f32);
-                let _guard = self
-                    .gemm_lock
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                // SAFETY: every pointer is a live allocation of the sizes the call implies.
-                let status = unsafe {
-                    blas::cublasGemmEx(
-                        self.handles.blas,
-                        blas::cublasOperation_t::CUBLAS_OP_N,
-                        blas::cublasOperation_t::CUBLAS_OP_N,
-                        n as i32,
-                        n as i32,
-                        n as i32,
-                        (&alpha as *const f32).cast(),
-                        a.0 as *const c_void,
-                        dtype,
-                        n as i32,
-                        b.0 as *const c_void,
-                        dtype,
-                        n as i32,
-                        (&beta as *const f32).cast(),
-                        c.0 as *mut c_void,
-                        blas::cudaDataType::CUDA_R_32F,
-                        n as i32,
-                        compute,
-                        blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                    )
-                };
-                blas_check("cublasGemmEx", status)
-            };
-            median_tflops(self, &mut product, n, repeats)
-        })();
-        let _ = self.synchronize();
-        // SAFETY: the stream drained above; the blocks are ours.
-        unsafe {
-            self.free(a);
-            self.free(b);
-            self.free(c);
-        }
-        result
+        let (dtype, compute) = match (precision, self.math) {
+            (MatmulPrecision::F16, _) => (
+                blas::cudaDataType::CUDA_R_16F,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+            (MatmulPrecision::F32, MathMode::Tf32) => (
+                blas::cudaDataType::CUDA_R_32F,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+            ),
+            (MatmulPrecision::F32, MathMode::Strict) => (
+                blas::cudaDataType::CUDA_R_32F,
+                blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            ),
+        };
+        let n = i32::try_from(n)
+            .map_err(|_| DriverError::InvalidArgument(format!("matmul size {n}")))?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let _guard = self
+            .gemm_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the caller's pointers hold n×n elements of the types the call names.
+        let status = unsafe {
+            blas::cublasGemmEx(
+                self.handles.blas,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                blas::cublasOperation_t::CUBLAS_OP_N,
+                n,
+                n,
+                n,
+                (&alpha as *const f32).cast(),
+                a.0 as *const c_void,
+                dtype,
+                n,
+                b.0 as *const c_void,
+                dtype,
+                n,
+                (&beta as *const f32).cast(),
+                c.0 as *mut c_void,
+                blas::cudaDataType::CUDA_R_32F,
+                n,
+                compute,
+                blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        };
+        blas_check("cublasGemmEx", status)
     }
 
     fn time_ms(

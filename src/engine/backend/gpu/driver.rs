@@ -301,6 +301,45 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
     fn gemm(&self, gemm: &Gemm) -> Result<(), DriverError>;
     fn synchronize(&self) -> Result<(), DriverError>;
 
+    /// Page-locked host memory, which copies reach the link's full speed from.
+    fn alloc_pinned(&self, bytes: usize) -> Result<*mut u8, DriverError>;
+    /// # Safety
+    /// `ptr` came from `alloc_pinned` of this driver and no copy still uses it.
+    unsafe fn free_pinned(&self, ptr: *mut u8);
+    /// Enqueues a copy between host memory and the device, in the direction given.
+    ///
+    /// # Safety
+    /// `host` is valid for `bytes` until the stream has drained.
+    unsafe fn copy_async(
+        &self,
+        to_device: bool,
+        host: *mut u8,
+        device: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError>;
+    /// Lets this device reach `peer`'s memory directly where the hardware allows (already
+    /// enabled counts); copies between them work either way.
+    fn enable_peer_access(&self, peer: &dyn GpuDriver) -> Result<(), DriverError>;
+    /// Enqueues a copy of `bytes` from `src` on this device to `dst` on `peer` (a device of
+    /// the same runtime).
+    fn copy_to_peer_async(
+        &self,
+        peer: &dyn GpuDriver,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError>;
+    /// Enqueues one `n`×`n`×`n` product of `precision` operands `a` and `b` into the f32
+    /// matrix `c` through the vendor BLAS.
+    fn matmul_square(
+        &self,
+        precision: MatmulPrecision,
+        n: usize,
+        a: DevicePtr,
+        b: DevicePtr,
+        c: DevicePtr,
+    ) -> Result<(), DriverError>;
+
     /// Matmul throughput on `n`×`n` matrices of generated data, in TFLOP/s: the median of
     /// `repeats` timed products after two warm-ups.
     fn matmul_tflops(
@@ -308,7 +347,42 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
         precision: MatmulPrecision,
         n: usize,
         repeats: usize,
-    ) -> Result<f64, DriverError>;
+    ) -> Result<f64, DriverError> {
+        let (elem, kernel) = match precision {
+            MatmulPrecision::F16 => (2, "fill_pattern_f16"),
+            MatmulPrecision::F32 => (4, "fill_pattern_f32"),
+        };
+        let a = self.alloc(n * n * elem)?;
+        let b = self.alloc(n * n * elem)?;
+        let c = self.alloc(n * n * 4)?;
+        let result = (|| {
+            for (buf, seed) in [(a, 1), (b, 2)] {
+                self.launch(
+                    kernel,
+                    super::launch::elementwise(n * n),
+                    &[
+                        KernelArg::Ptr(buf),
+                        KernelArg::I64((n * n) as i64),
+                        KernelArg::I32(seed),
+                    ],
+                )?;
+            }
+            median_tflops(
+                self,
+                &mut || self.matmul_square(precision, n, a, b, c),
+                n,
+                repeats,
+            )
+        })();
+        let _ = self.synchronize();
+        // SAFETY: the stream drained above; the blocks are ours.
+        unsafe {
+            self.free(a);
+            self.free(b);
+            self.free(c);
+        }
+        result
+    }
 
     /// Host↔device copy bandwidth with pinned host memory, GB/s (10⁹ bytes): the median
     /// of `repeats` copies of `bytes` after one warm-up.
@@ -317,7 +391,25 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
         to_device: bool,
         bytes: usize,
         repeats: usize,
-    ) -> Result<f64, DriverError>;
+    ) -> Result<f64, DriverError> {
+        let host = self.alloc_pinned(bytes)?;
+        let result = self.alloc(bytes).and_then(|device| {
+            // SAFETY: `host` and `device` hold `bytes`; the timing drains each copy.
+            let gbps = median_gbps(
+                self,
+                &mut || unsafe { self.copy_async(to_device, host, device, bytes) },
+                bytes,
+                repeats,
+            );
+            let _ = self.synchronize();
+            // SAFETY: the stream has drained.
+            unsafe { self.free(device) };
+            gbps
+        });
+        // SAFETY: no copy is in flight after the synchronisation above.
+        unsafe { self.free_pinned(host) };
+        result
+    }
 
     /// Copy bandwidth from this device to `peer` (a device of the same runtime), GB/s,
     /// with peer access enabled where the devices allow it. The copied data is checked.
@@ -326,7 +418,48 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
         peer: &dyn GpuDriver,
         bytes: usize,
         repeats: usize,
-    ) -> Result<f64, DriverError>;
+    ) -> Result<f64, DriverError> {
+        self.enable_peer_access(peer)?;
+        let words = bytes / 4;
+        let src = self.alloc(words * 4)?;
+        let dst = match peer.alloc(words * 4) {
+            Ok(dst) => dst,
+            Err(e) => {
+                // SAFETY: nothing was enqueued on `src`.
+                unsafe { self.free(src) };
+                return Err(e);
+            }
+        };
+        let result = (|| {
+            let pattern = peer_check_pattern(words);
+            let pattern_bytes: Vec<u8> = pattern.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            self.copy_to_device(src, &pattern_bytes)?;
+            let gbps = median_gbps(
+                self,
+                &mut || self.copy_to_peer_async(peer, dst, src, words * 4),
+                words * 4,
+                repeats,
+            )?;
+            self.synchronize()?;
+            let mut back = vec![0u8; words * 4];
+            peer.copy_to_host(&mut back, dst)?;
+            if back != pattern_bytes {
+                return Err(DriverError::CorruptCopy {
+                    from: format!("{}:{}", self.runtime(), self.info().ordinal),
+                    to: format!("{}:{}", peer.runtime(), peer.info().ordinal),
+                });
+            }
+            Ok(gbps)
+        })();
+        let _ = self.synchronize();
+        let _ = peer.synchronize();
+        // SAFETY: both streams have drained.
+        unsafe {
+            self.free(src);
+            peer.free(dst);
+        }
+        result
+    }
 
     /// The vendor DNN library convolutions go through (`cuDNN 9.1.0`), if any.
     fn dnn_library(&self) -> Option<String> {

@@ -13,8 +13,8 @@ use rocmrc::rocblas::sys as blas;
 
 use super::cache::{CacheKey, KernelCache};
 use super::driver::{
-    median_gbps, median_tflops, peer_check_pattern, DeviceInfo, DevicePtr, DriverError, Gemm,
-    GpuDriver, KernelArg, LaunchShape, MatmulPrecision, Transpose,
+    DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, MatmulPrecision,
+    Transpose,
 };
 use super::source::{self, Dialect, KERNEL_NAMES};
 
@@ -253,6 +253,12 @@ impl HipDriver {
     }
 }
 
+fn as_hip(peer: &dyn GpuDriver) -> Result<&HipDriver, DriverError> {
+    peer.as_any()
+        .downcast_ref::<HipDriver>()
+        .ok_or_else(|| DriverError::InvalidArgument("peer is not a HIP device".into()))
+}
+
 fn load_module(arch: &str, cache: &KernelCache) -> Result<sys::hipModule_t, DriverError> {
     let source = source::assemble(Dialect::Hip);
     let options = vec![format!("--offload-arch={arch}"), "-O3".to_string()];
@@ -451,175 +457,112 @@ impl GpuDriver for HipDriver {
         hip::stream::synchronize(self.handles.stream).map_err(|e| call("hipStreamSynchronize", e))
     }
 
-    fn host_copy_gbps(
-        &self,
-        to_device: bool,
-        bytes: usize,
-        repeats: usize,
-    ) -> Result<f64, DriverError> {
+    fn alloc_pinned(&self, bytes: usize) -> Result<*mut u8, DriverError> {
         self.bind()?;
-        let host = hip::malloc_host(bytes, 0).map_err(|e| call("hipHostMalloc", e))?;
-        let result = (|| {
-            let device = self.alloc(bytes)?;
-            let stream = self.handles.stream;
-            let mut copy = || -> Result<(), DriverError> {
-                // SAFETY: both ranges hold `bytes`; the timing waits for the copy.
-                unsafe {
-                    let host_slice = std::slice::from_raw_parts_mut(host.cast::<u8>(), bytes);
-                    if to_device {
-                        hip::memcpy_htod_async(device.0, host_slice, stream)
-                    } else {
-                        hip::memcpy_dtoh_async(host_slice, device.0, stream)
-                    }
-                }
-                .map_err(|e| call("hipMemcpyAsync", e))
-            };
-            let gbps = median_gbps(self, &mut copy, bytes, repeats);
-            let _ = self.synchronize();
-            // SAFETY: the stream has drained.
-            unsafe { self.free(device) };
-            gbps
-        })();
-        let _ = hip::free_host(host);
-        result
+        hip::malloc_host(bytes.max(1), 0)
+            .map(|p| p.cast())
+            .map_err(|e| call("hipHostMalloc", e))
     }
 
-    fn peer_copy_gbps(
+    unsafe fn free_pinned(&self, ptr: *mut u8) {
+        let _ = hip::free_host(ptr.cast());
+    }
+
+    unsafe fn copy_async(
         &self,
-        peer: &dyn GpuDriver,
+        to_device: bool,
+        host: *mut u8,
+        device: DevicePtr,
         bytes: usize,
-        repeats: usize,
-    ) -> Result<f64, DriverError> {
-        let peer = peer
-            .as_any()
-            .downcast_ref::<HipDriver>()
-            .ok_or_else(|| DriverError::InvalidArgument("peer is not a HIP device".into()))?;
+    ) -> Result<(), DriverError> {
+        self.bind()?;
+        let host = std::slice::from_raw_parts_mut(host, bytes);
+        if to_device {
+            hip::memcpy_htod_async(device.0, host, self.handles.stream)
+        } else {
+            hip::memcpy_dtoh_async(host, device.0, self.handles.stream)
+        }
+        .map_err(|e| call("hipMemcpyAsync", e))
+    }
+
+    fn enable_peer_access(&self, peer: &dyn GpuDriver) -> Result<(), DriverError> {
+        let peer = as_hip(peer)?;
         self.bind()?;
         let (me, other) = (self.info.ordinal as i32, peer.info.ordinal as i32);
         if hip::device::can_access_peer(me, other).unwrap_or(false) {
             // "Already enabled" is not a failure.
             let _ = hip::device::enable_peer_access(other, 0);
         }
-        let words = bytes / 4;
-        let src = self.alloc(words * 4)?;
-        let dst = peer.alloc(words * 4)?;
-        let result = (|| {
-            let pattern = peer_check_pattern(words);
-            // SAFETY: u32 has no padding.
-            let pattern_bytes =
-                unsafe { std::slice::from_raw_parts(pattern.as_ptr().cast::<u8>(), words * 4) };
-            self.copy_to_device(src, pattern_bytes)?;
-            let stream = self.handles.stream;
-            let mut copy = || -> Result<(), DriverError> {
-                // SAFETY: both ranges hold `words * 4` bytes on their devices.
-                unsafe { hip::memcpy_peer_async(dst.0, other, src.0, me, words * 4, stream) }
-                    .map_err(|e| call("hipMemcpyPeerAsync", e))
-            };
-            let gbps = median_gbps(self, &mut copy, words * 4, repeats)?;
-            self.synchronize()?;
-            let mut back = vec![0u8; words * 4];
-            peer.copy_to_host(&mut back, dst)?;
-            if back != pattern_bytes {
-                return Err(DriverError::CorruptCopy {
-                    from: format!("hip:{me}"),
-                    to: format!("hip:{other}"),
-                });
-            }
-            Ok(gbps)
-        })();
-        let _ = self.synchronize();
-        let _ = peer.synchronize();
-        // SAFETY: both streams have drained.
-        unsafe {
-            self.free(src);
-            peer.free(dst);
-        }
-        result
+        Ok(())
     }
 
-    fn matmul_tflops(
+    fn copy_to_peer_async(
+        &self,
+        peer: &dyn GpuDriver,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        let peer = as_hip(peer)?;
+        self.bind()?;
+        let (me, other) = (self.info.ordinal as i32, peer.info.ordinal as i32);
+        // SAFETY: both ranges hold `bytes` on their devices.
+        unsafe { hip::memcpy_peer_async(dst.0, other, src.0, me, bytes, self.handles.stream) }
+            .map_err(|e| call("hipMemcpyPeerAsync", e))
+    }
+
+    fn matmul_square(
         &self,
         precision: MatmulPrecision,
         n: usize,
-        repeats: usize,
-    ) -> Result<f64, DriverError> {
-        let half = precision == MatmulPrecision::F16;
+        a: DevicePtr,
+        b: DevicePtr,
+        c: DevicePtr,
+    ) -> Result<(), DriverError> {
         self.bind()?;
-        let elem = if half { 2 } else { 4 };
-        let a = self.alloc(n * n * elem)?;
-        let b = self.alloc(n * n * elem)?;
-        let c = self.alloc(n * n * 4)?;
-        let result = (|| {
-            for (buf, seed) in [(a, 1), (b, 2)] {
-                let kernel = if half {
-                    "fill_pattern_f16"
-                } else {
-                    "fill_pattern_f32"
-                };
-                self.launch(
-                    kernel,
-                    super::launch::elementwise(n * n),
-                    &[
-                        KernelArg::Ptr(buf),
-                        KernelArg::I64((n * n) as i64),
-                        KernelArg::I32(seed),
-                    ],
-                )?;
-            }
-            let dtype = if half {
-                blas::rocblas_datatype::rocblas_datatype_f16_r
-            } else {
-                blas::rocblas_datatype::rocblas_datatype_f32_r
-            };
-            let f32_type = blas::rocblas_datatype::rocblas_datatype_f32_r;
-            let mut product = || -> Result<(), DriverError> {
-                let (alpha, beta) = (1.0f32, 0.0f32);
-                let none = blas::rocblas_operation::rocblas_operation_none;
-                let _guard = self
-                    .gemm_lock
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                // SAFETY: every pointer is a live allocation of the sizes the call implies.
-                let status = unsafe {
-                    blas::rocblas_gemm_ex(
-                        self.handles.blas,
-                        none,
-                        none,
-                        n as i32,
-                        n as i32,
-                        n as i32,
-                        (&alpha as *const f32).cast(),
-                        a.0 as *const c_void,
-                        dtype,
-                        n as i32,
-                        b.0 as *const c_void,
-                        dtype,
-                        n as i32,
-                        (&beta as *const f32).cast(),
-                        c.0 as *const c_void,
-                        f32_type,
-                        n as i32,
-                        c.0 as *mut c_void,
-                        f32_type,
-                        n as i32,
-                        f32_type,
-                        blas::rocblas_gemm_algo::rocblas_gemm_algo_standard,
-                        0,
-                        0,
-                    )
-                };
-                blas_check("rocblas_gemm_ex", status)
-            };
-            median_tflops(self, &mut product, n, repeats)
-        })();
-        let _ = self.synchronize();
-        // SAFETY: the stream drained above; the blocks are ours.
-        unsafe {
-            self.free(a);
-            self.free(b);
-            self.free(c);
-        }
-        result
+        let dtype = match precision {
+            MatmulPrecision::F16 => blas::rocblas_datatype::rocblas_datatype_f16_r,
+            MatmulPrecision::F32 => blas::rocblas_datatype::rocblas_datatype_f32_r,
+        };
+        let f32_type = blas::rocblas_datatype::rocblas_datatype_f32_r;
+        let none = blas::rocblas_operation::rocblas_operation_none;
+        let n = i32::try_from(n)
+            .map_err(|_| DriverError::InvalidArgument(format!("matmul size {n}")))?;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let _guard = self
+            .gemm_lock
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the caller's pointers hold n×n elements of the types the call names.
+        let status = unsafe {
+            blas::rocblas_gemm_ex(
+                self.handles.blas,
+                none,
+                none,
+                n,
+                n,
+                n,
+                (&alpha as *const f32).cast(),
+                a.0 as *const c_void,
+                dtype,
+                n,
+                b.0 as *const c_void,
+                dtype,
+                n,
+                (&beta as *const f32).cast(),
+                c.0 as *const c_void,
+                f32_type,
+                n,
+                c.0 as *mut c_void,
+                f32_type,
+                n,
+                f32_type,
+                blas::rocblas_gemm_algo::rocblas_gemm_algo_standard,
+                0,
+                0,
+            )
+        };
+        blas_check("rocblas_gemm_ex", status)
     }
 
     fn time_ms(

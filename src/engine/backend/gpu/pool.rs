@@ -199,24 +199,42 @@ mod tests {
         fn synchronize(&self) -> Result<(), DriverError> {
             Ok(())
         }
-        fn host_copy_gbps(&self, _: bool, _: usize, _: usize) -> Result<f64, DriverError> {
-            Ok(0.0)
+        fn alloc_pinned(&self, _: usize) -> Result<*mut u8, DriverError> {
+            Err(DriverError::InvalidArgument(
+                "no host memory on a fake".into(),
+            ))
         }
-        fn peer_copy_gbps(
+        unsafe fn free_pinned(&self, _: *mut u8) {}
+        unsafe fn copy_async(
+            &self,
+            _: bool,
+            _: *mut u8,
+            _: DevicePtr,
+            _: usize,
+        ) -> Result<(), DriverError> {
+            Ok(())
+        }
+        fn enable_peer_access(&self, _: &dyn GpuDriver) -> Result<(), DriverError> {
+            Ok(())
+        }
+        fn copy_to_peer_async(
             &self,
             _: &dyn GpuDriver,
+            _: DevicePtr,
+            _: DevicePtr,
             _: usize,
-            _: usize,
-        ) -> Result<f64, DriverError> {
-            Ok(0.0)
+        ) -> Result<(), DriverError> {
+            Ok(())
         }
-        fn matmul_tflops(
+        fn matmul_square(
             &self,
             _: crate::engine::backend::gpu::driver::MatmulPrecision,
             _: usize,
-            _: usize,
-        ) -> Result<f64, DriverError> {
-            Ok(0.0)
+            _: DevicePtr,
+            _: DevicePtr,
+            _: DevicePtr,
+        ) -> Result<(), DriverError> {
+            Ok(())
         }
         fn time_ms(
             &self,
