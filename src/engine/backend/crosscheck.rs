@@ -404,6 +404,14 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
         self.test.relu_backward(&out.t, &mut dy.t)?;
         self.reference.relu_backward(&out.r, &mut dy.r)?;
         self.record("relu_backward", "dy", &dy, e)?;
+        let mut w = self.random(n, 1.0)?;
+        let mut mom = self.random(n, 0.1)?;
+        self.test
+            .momentum_update(&mut w.t, &b.t, &mut mom.t, 0.9, 0.05, 2e-4)?;
+        self.reference
+            .momentum_update(&mut w.r, &b.r, &mut mom.r, 0.9, 0.05, 2e-4)?;
+        self.record("momentum_update", "w", &w, e)?;
+        self.record("momentum_update", "b", &mom, e)?;
         let mut sums = self.alloc(3)?;
         for (i, x) in [&a, &b, &dy].into_iter().enumerate() {
             self.test.sum_squares(&x.t, &mut sums.t, i)?;

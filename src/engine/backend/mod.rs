@@ -209,6 +209,27 @@ pub trait Backend: Send + Sync {
     fn scale(&self, x: &mut Self::Buffer, alpha: f32) -> Result<()>;
     /// y := y + alpha · x.
     fn axpy(&self, alpha: f32, x: &Self::Buffer, y: &mut Self::Buffer) -> Result<()>;
+    /// One momentum step of the optimizer on a parameter `w` with gradient `g` and momentum
+    /// buffer `b`: `b := momentum·b + step·g + step·decay·w`, then `w := w − b`. Device
+    /// backends fuse it into one pass; this default is the same sequence of single ops.
+    #[allow(clippy::too_many_arguments)]
+    fn momentum_update(
+        &self,
+        w: &mut Self::Buffer,
+        g: &Self::Buffer,
+        b: &mut Self::Buffer,
+        momentum: f32,
+        step: f32,
+        decay: f32,
+    ) -> Result<()> {
+        self.scale(b, momentum)?;
+        self.axpy(step, g, b)?;
+        if decay != 0.0 {
+            self.axpy(step * decay, w, b)?;
+        }
+        self.axpy(-1.0, b, w)
+    }
+
     /// out[index] := Σ x², so many norms can be gathered in one buffer and downloaded
     /// (or consumed on the device) together.
     fn sum_squares(&self, x: &Self::Buffer, out: &mut Self::Buffer, index: usize) -> Result<()>;

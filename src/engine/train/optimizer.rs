@@ -70,13 +70,14 @@ impl<B: Backend> DeviceOptimizer<B> {
             };
             self.last_trust[i] = trust;
             // b = momentum·b + trust·lr·(g + wd·w); w = w − b.
-            let step = trust * lr;
-            backend.scale(buf, momentum)?;
-            backend.axpy(step, p.param.grad, buf)?;
-            if decay != 0.0 {
-                backend.axpy(step * decay, p.param.value, buf)?;
-            }
-            backend.axpy(-1.0, buf, p.param.value)?;
+            backend.momentum_update(
+                p.param.value,
+                p.param.grad,
+                buf,
+                momentum,
+                trust * lr,
+                decay,
+            )?;
         }
         Ok(())
     }

@@ -54,6 +54,28 @@ KERNEL void axpy_f32(float alpha, const float* x, float* y, long long n) {
     FOR_EACH_TAIL(n) y[i] += alpha * x[i];
 }
 
+// The optimizer's momentum step, fused: b := momentum·b + step·g + step·decay·w; w -= b.
+__device__ void momentum_one(float* w, float g, float* b, float momentum, float step,
+                             float step_decay) {
+    float nb = *b * momentum + step * g + step_decay * *w;
+    *b = nb;
+    *w -= nb;
+}
+
+KERNEL void momentum_update(float* w, const float* g, float* b, long long n, float momentum,
+                            float step, float step_decay) {
+    FOR_EACH_VEC4(n) {
+        float4 wv = ((float4*)w)[i], gv = ((const float4*)g)[i], bv = ((float4*)b)[i];
+        momentum_one(&wv.x, gv.x, &bv.x, momentum, step, step_decay);
+        momentum_one(&wv.y, gv.y, &bv.y, momentum, step, step_decay);
+        momentum_one(&wv.z, gv.z, &bv.z, momentum, step, step_decay);
+        momentum_one(&wv.w, gv.w, &bv.w, momentum, step, step_decay);
+        ((float4*)w)[i] = wv;
+        ((float4*)b)[i] = bv;
+    }
+    FOR_EACH_TAIL(n) momentum_one(&w[i], g[i], &b[i], momentum, step, step_decay);
+}
+
 __device__ float relu(float v) { return v > 0.0f ? v : 0.0f; }
 __device__ float relu_grad(float y, float g) { return y > 0.0f ? g : 0.0f; }
 

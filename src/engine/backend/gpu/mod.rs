@@ -1207,6 +1207,34 @@ impl Backend for GpuBackend {
         )
     }
 
+    fn momentum_update(
+        &self,
+        w: &mut GpuBuffer,
+        g: &GpuBuffer,
+        b: &mut GpuBuffer,
+        momentum: f32,
+        step: f32,
+        decay: f32,
+    ) -> Result<()> {
+        const OP: &str = "momentum_update";
+        self.check(OP, "w", w, w.len)?;
+        self.check(OP, "g", g, w.len)?;
+        self.check(OP, "b", b, w.len)?;
+        self.elementwise_vec4(
+            "momentum_update",
+            w.len,
+            &[
+                KernelArg::Ptr(w.ptr),
+                KernelArg::Ptr(g.ptr),
+                KernelArg::Ptr(b.ptr),
+                i64_arg(w.len),
+                KernelArg::F32(momentum),
+                KernelArg::F32(step),
+                KernelArg::F32(step * decay),
+            ],
+        )
+    }
+
     fn sum_squares(&self, x: &GpuBuffer, out: &mut GpuBuffer, index: usize) -> Result<()> {
         self.check("sum_squares", "x", x, x.len)?;
         self.check("sum_squares", "out", out, out.len)?;

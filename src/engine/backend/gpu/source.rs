@@ -25,6 +25,7 @@ pub const KERNEL_NAMES: &[&str] = &[
     "add_assign_f32",
     "scale_f32",
     "axpy_f32",
+    "momentum_update",
     "relu_forward",
     "relu_backward",
     "fill_pattern_f32",
