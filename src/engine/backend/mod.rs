@@ -125,6 +125,50 @@ pub trait Backend: Send + Sync {
         grads: &mut BatchNormGrads<Self::Buffer>,
     ) -> Result<()>;
 
+    /// Batch norm in training mode followed by ReLU on its output. Device backends fuse
+    /// the two passes; this default runs them one after the other.
+    fn batch_norm_relu_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        bn: &mut BatchNormBuffers<Self::Buffer>,
+        saved: &mut BatchNormSaved<Self::Buffer>,
+        y: &mut Self::Buffer,
+    ) -> Result<()> {
+        self.batch_norm_forward_train(p, x, bn, saved, y)?;
+        self.relu_forward(y)
+    }
+
+    /// Batch norm with running statistics followed by ReLU.
+    fn batch_norm_relu_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        bn: &BatchNormBuffers<Self::Buffer>,
+        y: &mut Self::Buffer,
+    ) -> Result<()> {
+        self.batch_norm_forward_eval(p, x, bn, y)?;
+        self.relu_forward(y)
+    }
+
+    /// The backward of batch norm followed by ReLU: `y` is the ReLU's output and `dy` the
+    /// gradient there, which this may overwrite (the default masks it in place).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_relu_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        y: &Self::Buffer,
+        dy: &mut Self::Buffer,
+        gamma: &Self::Buffer,
+        saved: &BatchNormSaved<Self::Buffer>,
+        dx: &mut Self::Buffer,
+        grads: &mut BatchNormGrads<Self::Buffer>,
+    ) -> Result<()> {
+        self.relu_backward(y, dy)?;
+        self.batch_norm_backward(p, x, dy, gamma, saved, dx, grads)
+    }
+
     // --- ReLU (in place) -----------------------------------------------------------
     fn relu_forward(&self, x: &mut Self::Buffer) -> Result<()>;
     /// dy := dy · [y > 0], where y is the ReLU's output.

@@ -76,19 +76,34 @@ impl<B: Backend> BatchNorm2d<B> {
     }
 
     pub fn forward(&mut self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_with(backend, x, false)
+    }
+
+    /// The forward followed by ReLU, in one op where the backend fuses them.
+    pub fn forward_relu(&mut self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
+        self.forward_with(backend, x, true)
+    }
+
+    fn forward_with(&mut self, backend: &B, x: &Tensor<B>, relu: bool) -> Result<Tensor<B>> {
         let p = self.params(x)?;
         let mut y = Tensor::alloc(backend, x.shape())?;
-        if self.training {
-            backend.batch_norm_forward_train(
+        let (x, out) = (x.buffer(), y.buffer_mut());
+        match (self.training, relu) {
+            (true, false) => {
+                backend.batch_norm_forward_train(&p, x, &mut self.state, &mut self.saved, out)?
+            }
+            (true, true) => backend.batch_norm_relu_forward_train(
                 &p,
-                x.buffer(),
+                x,
                 &mut self.state,
                 &mut self.saved,
-                y.buffer_mut(),
-            )?;
+                out,
+            )?,
+            (false, false) => backend.batch_norm_forward_eval(&p, x, &self.state, out)?,
+            (false, true) => backend.batch_norm_relu_forward_eval(&p, x, &self.state, out)?,
+        }
+        if self.training {
             self.saved_valid = true;
-        } else {
-            backend.batch_norm_forward_eval(&p, x.buffer(), &self.state, y.buffer_mut())?;
         }
         Ok(y)
     }
@@ -107,6 +122,37 @@ impl<B: Backend> BatchNorm2d<B> {
             &p,
             x.buffer(),
             dy.buffer(),
+            &self.state.gamma,
+            &self.saved,
+            dx.buffer_mut(),
+            &mut self.grads,
+        )?;
+        Ok(dx)
+    }
+
+    /// Gradient of the last training-mode [`forward_relu`](Self::forward_relu), given its
+    /// output `y` and the gradient `dy` there (consumed).
+    pub fn backward_relu(
+        &mut self,
+        backend: &B,
+        x: &Tensor<B>,
+        y: &Tensor<B>,
+        mut dy: Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        if !self.saved_valid {
+            return Err(EngineError::MissingForwardState {
+                op: "batch_norm backward",
+            });
+        }
+        let p = self.params(x)?;
+        dy.expect_shape("batch_norm backward", "dy", x.shape())?;
+        y.expect_shape("batch_norm backward", "relu output", x.shape())?;
+        let mut dx = Tensor::alloc(backend, x.shape())?;
+        backend.batch_norm_relu_backward(
+            &p,
+            x.buffer(),
+            y.buffer(),
+            dy.buffer_mut(),
             &self.state.gamma,
             &self.saved,
             dx.buffer_mut(),

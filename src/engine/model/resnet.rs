@@ -16,7 +16,7 @@ use super::{Model, NamedParam};
 use crate::engine::backend::Backend;
 use crate::engine::init;
 use crate::engine::layers::{
-    BatchNorm2d, Conv2d, GlobalAvgPool, Linear, MaxPool2d, ParamKind, ParamMut, Relu,
+    BatchNorm2d, Conv2d, GlobalAvgPool, Linear, MaxPool2d, ParamKind, ParamMut,
 };
 use crate::engine::tensor::Tensor;
 use crate::engine::{EngineError, Result};
@@ -439,8 +439,7 @@ impl<B: Backend> Model<B> for ResNet<B> {
     fn forward(&mut self, backend: &B, images: &Tensor<B>, training: bool) -> Result<Tensor<B>> {
         // Last step's activations go first, so two steps never live together.
         self.saved = None;
-        let (stem_conv_out, y) = self.stem.forward(backend, images, training)?;
-        let relu = Relu::forward(backend, y)?;
+        let (stem_conv_out, relu) = self.stem.forward_relu(backend, images, training)?;
         let (stem_relu_out, first_input) = match &self.stem_pool {
             Some(pool) => {
                 let pooled = pool.forward(backend, &relu)?;
@@ -498,16 +497,19 @@ impl<B: Backend> Model<B> for ResNet<B> {
                 .pop()
                 .ok_or(missing("resnet backward (block input)"))?;
         }
-        let grad = match (&self.stem_pool, stem_relu_out) {
+        match (&self.stem_pool, stem_relu_out) {
             (Some(pool), Some(relu_out)) => {
                 let g = pool.backward(backend, &relu_out, &grad)?;
                 drop((grad, out));
-                Relu::backward(backend, &relu_out, g)?
+                self.stem
+                    .backward_relu(backend, &images, stem_conv_out, &relu_out, g)?;
             }
-            (None, None) => Relu::backward(backend, &out, grad)?,
+            (None, None) => {
+                self.stem
+                    .backward_relu(backend, &images, stem_conv_out, &out, grad)?;
+            }
             _ => return Err(missing("resnet backward (stem)")),
         };
-        self.stem.backward(backend, &images, stem_conv_out, &grad)?;
         Ok(())
     }
 

@@ -36,11 +36,17 @@ pub struct CpuBackend {
     pool: Arc<BufferPool>,
 }
 
+/// Whether [`CpuBackend::new`] lets narrow convolutions take the direct kernels. They are
+/// this crate's own code, so an unoptimised (debug) build runs them many times slower than
+/// the GEMM path, whose crate is always built optimised; there the GEMMs stay the default
+/// and tests ask for the direct kernels by name.
+const DIRECT_CONVOLUTIONS_BY_DEFAULT: bool = !cfg!(debug_assertions);
+
 impl Default for CpuBackend {
     fn default() -> Self {
         CpuBackend {
             tiling: conv::Tiling::default(),
-            direct_convolutions: true,
+            direct_convolutions: DIRECT_CONVOLUTIONS_BY_DEFAULT,
             pool: BufferPool::new(DEFAULT_POOL_LIMIT_BYTES),
         }
     }
@@ -69,6 +75,15 @@ impl CpuBackend {
     pub fn with_gemm_convolutions() -> Self {
         CpuBackend {
             direct_convolutions: false,
+            ..Self::default()
+        }
+    }
+
+    /// A backend whose narrow convolutions take the direct kernels where the CPU has them,
+    /// whatever the build profile.
+    pub fn with_direct_convolutions() -> Self {
+        CpuBackend {
+            direct_convolutions: true,
             ..Self::default()
         }
     }

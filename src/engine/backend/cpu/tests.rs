@@ -166,7 +166,7 @@ fn direct_convolutions_match_direct_loops_and_the_gemm_path() {
         check_conv_against_loops(
             p,
             &[
-                ("direct kernels", CpuBackend::new()),
+                ("direct kernels", CpuBackend::with_direct_convolutions()),
                 ("GEMM only", CpuBackend::with_gemm_convolutions()),
             ],
         );

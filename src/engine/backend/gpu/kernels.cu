@@ -292,9 +292,10 @@ KERNEL void ohwi_to_hwio(const float* src, float* dst, int spatial, int cin, int
 // picks the slab. Writes partial1/partial2[blockIdx.y·C + c] for the finalize kernels.
 // mode 0 (statistics): sums of (x − x[0,c]) and its square, shifted for accuracy.
 // mode 1 (gradients):  sums of dy and dy·(x − mean[c]).
-KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean, long long rows,
-                            int channels, int rows_per_slab, int mode, float* partial1,
-                            float* partial2) {
+// mode 2 (gradients through a ReLU): as mode 1 with dy masked by relu_out > 0.
+KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean,
+                            const float* relu_out, long long rows, int channels,
+                            int rows_per_slab, int mode, float* partial1, float* partial2) {
     __shared__ float s1[8][33];
     __shared__ float s2[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
@@ -309,8 +310,10 @@ KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean, 
         for (; r + 24 < last; r += 32) {
             float d[4], g[4];
             for (int u = 0; u < 4; ++u) {
-                d[u] = x[(r + 8 * u) * channels + c] - center;
-                g[u] = mode == 0 ? d[u] : dy[(r + 8 * u) * channels + c];
+                long long at = (r + 8 * u) * channels + c;
+                d[u] = x[at] - center;
+                g[u] = mode == 0 ? d[u] : dy[at];
+                if (mode == 2 && !(relu_out[at] > 0.0f)) g[u] = 0.0f;
             }
             for (int u = 0; u < 4; ++u) {
                 a1 += g[u];
@@ -318,8 +321,10 @@ KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean, 
             }
         }
         for (; r < last; r += 8) {
-            float d = x[r * channels + c] - center;
-            float g = mode == 0 ? d : dy[r * channels + c];
+            long long at = r * channels + c;
+            float d = x[at] - center;
+            float g = mode == 0 ? d : dy[at];
+            if (mode == 2 && !(relu_out[at] > 0.0f)) g = 0.0f;
             a1 += g;
             a2 += g * d;
         }
@@ -379,6 +384,15 @@ KERNEL void bn_eval_coefficients(const float* gamma, const float* beta,
 }
 
 // rows·channels is under 2^31 (the host checks), so the channel index is 32-bit.
+KERNEL void channel_affine_relu(const float* x, const float* scale, const float* shift,
+                                float* y, int total, int channels) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int c = i % channels;
+        float v = x[i] * scale[c] + shift[c];
+        y[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+
 KERNEL void channel_affine(const float* x, const float* scale, const float* shift, float* y,
                            int total, int channels) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -411,6 +425,17 @@ KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, i
     coef_g[c] = (float)k;
     coef_a[c] = (float)xa;
     coef_b[c] = (float)(-k * db / n - xa * (double)saved_mean[c]);
+}
+
+// The same through a ReLU whose output was relu_out.
+KERNEL void bn_backward_dx_relu(const float* x, const float* dy, const float* relu_out,
+                                const float* coef_a, const float* coef_g, const float* coef_b,
+                                float* dx, int total, int channels) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int c = i % channels;
+        float g = relu_out[i] > 0.0f ? dy[i] : 0.0f;
+        dx[i] = x[i] * coef_a[c] + g * coef_g[c] + coef_b[c];
+    }
 }
 
 KERNEL void bn_backward_dx(const float* x, const float* dy, const float* coef_a,

@@ -41,6 +41,35 @@ impl<B: Backend> ConvBn<B> {
         Ok((c, y))
     }
 
+    /// The forward with a ReLU on the BN output, fused where the backend can: returns
+    /// (conv output, ReLU output).
+    pub fn forward_relu(
+        &mut self,
+        backend: &B,
+        x: &Tensor<B>,
+        training: bool,
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        let c = self.conv.forward(backend, x)?;
+        self.bn.training = training;
+        let y = self.bn.forward_relu(backend, &c)?;
+        Ok((c, y))
+    }
+
+    /// The backward of [`forward_relu`](Self::forward_relu): `y` is its ReLU output and
+    /// `dy` the gradient there.
+    pub fn backward_relu(
+        &mut self,
+        backend: &B,
+        x: &Tensor<B>,
+        c: Tensor<B>,
+        y: &Tensor<B>,
+        dy: Tensor<B>,
+    ) -> Result<Option<Tensor<B>>> {
+        let dc = self.bn.backward_relu(backend, &c, y, dy)?;
+        drop(c);
+        self.conv.backward(backend, x, &dc)
+    }
+
     /// Gradient with respect to the conv input `x`, given the conv output `c` the forward
     /// returned and the gradient `dy` at the BN output. Consumes `c`, freeing it early.
     pub fn backward(
@@ -145,15 +174,16 @@ impl<B: Backend> Block<B> {
         let mut relu_out = Vec::with_capacity(last);
         let mut current: Option<Tensor<B>> = None;
         for (i, unit) in self.units.iter_mut().enumerate() {
-            let (c, y) = unit.forward(backend, current.as_ref().unwrap_or(x), training)?;
+            let input = current.as_ref().unwrap_or(x);
+            // Every unit but the last ends in a ReLU; the last one's comes after the sum.
+            let (c, next) = if i == last {
+                unit.forward(backend, input, training)?
+            } else {
+                unit.forward_relu(backend, input, training)?
+            };
             if training {
                 conv_out.push(c);
             }
-            let next = if i == last {
-                y
-            } else {
-                Relu::forward(backend, y)?
-            };
             if let Some(previous) = current.replace(next) {
                 if training {
                     relu_out.push(previous);
@@ -212,6 +242,9 @@ impl<B: Backend> Block<B> {
         // With a projection the summed gradient is only needed until the last unit's
         // backward; with an identity shortcut it is the shortcut's gradient.
         let mut g_sum = Some(g_sum);
+        // The gradient at the ReLU output of the unit below, with that output: the next
+        // unit down takes both, masking and back-propagating in one fused op.
+        let mut pending: Option<(Tensor<B>, Tensor<B>)> = None;
         let mut grad: Option<Tensor<B>> = None;
         for i in (0..self.units.len()).rev() {
             let c = conv_out.pop().ok_or(EngineError::MissingForwardState {
@@ -224,26 +257,27 @@ impl<B: Backend> Block<B> {
             } else {
                 x
             };
-            let dy = match (&grad, &g_sum) {
-                (Some(g), _) | (None, Some(g)) => g,
-                (None, None) => {
-                    return Err(EngineError::MissingForwardState {
+            let g_in = match pending.take() {
+                Some((g, y)) => self.units[i].backward_relu(backend, unit_input, c, &y, g)?,
+                None => {
+                    let dy = g_sum.as_ref().ok_or(EngineError::MissingForwardState {
                         op: "resnet block backward (gradient)",
-                    })
+                    })?;
+                    self.units[i].backward(backend, unit_input, c, dy)?
                 }
             };
-            let g_in = input_grad(self.units[i].backward(backend, unit_input, c, dy)?)?;
+            let g_in = input_grad(g_in)?;
             if shortcut_grad.is_some() {
                 g_sum = None;
             }
-            grad = Some(if i > 0 {
-                let r = relu_out.pop().ok_or(EngineError::MissingForwardState {
+            if i > 0 {
+                let y = relu_out.pop().ok_or(EngineError::MissingForwardState {
                     op: "resnet block backward (relu output)",
                 })?;
-                Relu::backward(backend, &r, g_in)?
+                pending = Some((g_in, y));
             } else {
-                g_in
-            });
+                grad = Some(g_in);
+            }
         }
         let main_grad = input_grad(grad)?;
         match (shortcut_grad, g_sum) {
