@@ -144,7 +144,9 @@ impl<B: Backend, M: Model<B>> StepRunner for Replicas<'_, B, M> {
             .dp
             .for_each_replica(|r, rep| {
                 let shard = &shards[r];
-                if shard.is_empty() {
+                // The last batch of the split is padded to full size; a part of padding
+                // only has nothing to evaluate (and the loss refuses it).
+                if shard.valid_count() == 0 {
                     return Ok(None);
                 }
                 let on_device = DeviceBatch::upload(&rep.backend, shard)?;
