@@ -115,6 +115,34 @@ fn a_cuda_run_with_fake_libcuda_but_no_nvrtc_names_the_missing_library() {
 }
 
 #[test]
+fn a_hip_run_with_fake_libamdhip64_but_no_hiprtc_names_the_missing_library() {
+    let libs = tempfile::tempdir().unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/fake-libamdhip64/fake_libamdhip64.c");
+    let target = libs.path().join("libamdhip64.so.6");
+    let gcc = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&target)
+        .arg(&source)
+        .output()
+        .expect("gcc runs");
+    assert!(gcc.status.success(), "{}", text(&gcc.stderr));
+    std::os::unix::fs::symlink(&target, libs.path().join("libamdhip64.so")).unwrap();
+    let out = tinyperf(
+        libs.path(),
+        &["run", "--suite", "smoke", "--backend", "hip"],
+        &[("FAKE_HIP_DEVICES", "2")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("hiprtc library (libhiprtc.so) not found"),
+        "{stderr}"
+    );
+    assert_no_panic(&out);
+}
+
+#[test]
 fn gpu_check_without_a_gpu_says_why_for_each_runtime() {
     let libs = tempfile::tempdir().unwrap();
     let out = tinyperf(libs.path(), &["gpu", "check"], &[]);

@@ -366,7 +366,7 @@ impl Recipe {
             return false;
         }
         let cadence = epoch >= self.eval_start_epoch
-            && (epoch - self.eval_start_epoch) % self.eval_every.max(1) == 0;
+            && (epoch - self.eval_start_epoch).is_multiple_of(self.eval_every.max(1));
         cadence || epoch >= self.eval_every_epoch_from || epoch == self.train_epochs
     }
 }

@@ -319,7 +319,7 @@ impl Decompressor {
         // TurboJPEG only accepts the factors in lowest terms.
         let common = [8, 4, 2]
             .into_iter()
-            .find(|d| window.eighths % d == 0)
+            .find(|d| window.eighths.is_multiple_of(*d))
             .unwrap_or(1);
         let factor = tj::tjscalingfactor {
             num: as_int(window.eighths / common)?,

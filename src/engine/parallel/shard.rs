@@ -8,7 +8,7 @@ use super::error::ParallelError;
 /// `r·n/parts .. (r+1)·n/parts`. Fails, naming both sizes, when they do not divide.
 pub fn split_batch(batch: &Batch, parts: usize) -> Result<Vec<Batch>, ParallelError> {
     let n = batch.len();
-    if parts == 0 || n % parts != 0 || n == 0 {
+    if parts == 0 || !n.is_multiple_of(parts) || n == 0 {
         return Err(ParallelError::BatchNotDivisible {
             batch: n,
             replicas: parts,

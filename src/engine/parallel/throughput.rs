@@ -28,7 +28,7 @@ pub fn measure_data_parallel_throughput<B: Backend, M: Model<B>>(
     after_step: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Option<ThroughputReport>, ParallelError> {
     let replicas = dp.replicas().len();
-    if global_batch == 0 || global_batch % replicas != 0 {
+    if global_batch == 0 || !global_batch.is_multiple_of(replicas) {
         return Err(ParallelError::BatchNotDivisible {
             batch: global_batch,
             replicas,

@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use super::batchnorm_avx512::{self as avx512, Sums};
 use crate::engine::backend::BatchNormParams;
 
 /// Rows per parallel chunk: large enough to amortise the per-chunk partial sums.
@@ -13,11 +14,13 @@ const CHUNK_ROWS: usize = 512;
 const BLOCK_ROWS: usize = 64;
 
 /// Per-channel `Σ g(a, b)` and `Σ h(a, b)` over all rows, in blocks of f32 partial sums
-/// reduced in f64, chunks in parallel.
+/// reduced in f64, chunks in parallel. `step` is the portable form of the sums `kind`
+/// with `centre` names, which the AVX-512 loop computes where it can.
 fn channel_sums(
     channels: usize,
     a: &[f32],
     b: &[f32],
+    (kind, centre): (Sums, &[f32]),
     step: impl Fn(&mut [f32], &mut [f32], &[f32], &[f32]) + Sync,
 ) -> (Vec<f64>, Vec<f64>) {
     let chunk = CHUNK_ROWS * channels;
@@ -27,6 +30,18 @@ fn channel_sums(
         .map(|(a_chunk, b_chunk)| {
             let mut total1 = vec![0.0f64; channels];
             let mut total2 = vec![0.0f64; channels];
+            if avx512::channel_sums(
+                kind,
+                channels,
+                BLOCK_ROWS,
+                a_chunk,
+                b_chunk,
+                centre,
+                &mut total1,
+                &mut total2,
+            ) {
+                return (total1, total2);
+            }
             let mut block1 = vec![0.0f32; channels];
             let mut block2 = vec![0.0f32; channels];
             let block = BLOCK_ROWS * channels;
@@ -66,6 +81,9 @@ fn affine(channels: usize, x: &[f32], scale: &[f32], shift: &[f32], y: &mut [f32
     y.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
         .for_each(|(y_chunk, x_chunk)| {
+            if avx512::affine(channels, x_chunk, scale, shift, y_chunk) {
+                return;
+            }
             for (y_row, x_row) in y_chunk
                 .chunks_exact_mut(channels)
                 .zip(x_chunk.chunks_exact(channels))
@@ -96,13 +114,19 @@ pub fn forward_train(
     // Sums of d = x − pivot with the first row as pivot: close to the mean, so
     // E[d²] − E[d]² does not cancel away the variance.
     let pivot = &x[..channels];
-    let (sum_d, sum_d2) = channel_sums(channels, x, x, |s1, s2, x_row, _| {
-        for (((s1, s2), &v), &c) in s1.iter_mut().zip(s2.iter_mut()).zip(x_row).zip(pivot) {
-            let d = v - c;
-            *s1 += d;
-            *s2 += d * d;
-        }
-    });
+    let (sum_d, sum_d2) = channel_sums(
+        channels,
+        x,
+        x,
+        (Sums::Centred, pivot),
+        |s1, s2, x_row, _| {
+            for (((s1, s2), &v), &c) in s1.iter_mut().zip(s2.iter_mut()).zip(x_row).zip(pivot) {
+                let d = v - c;
+                *s1 += d;
+                *s2 += d * d;
+            }
+        },
+    );
     let momentum = p.momentum as f64;
     let mut scale = vec![0.0f32; channels];
     let mut shift = vec![0.0f32; channels];
@@ -163,18 +187,24 @@ pub fn backward(
     out: BackwardOutputs<'_>,
 ) {
     let (rows, channels) = (p.rows as f64, p.channels);
-    let (sum_dy, sum_dy_xc) = channel_sums(channels, dy, x, |s1, s2, dy_row, x_row| {
-        for ((((s1, s2), &g), &v), &m) in s1
-            .iter_mut()
-            .zip(s2.iter_mut())
-            .zip(dy_row)
-            .zip(x_row)
-            .zip(saved_mean)
-        {
-            *s1 += g;
-            *s2 += g * (v - m);
-        }
-    });
+    let (sum_dy, sum_dy_xc) = channel_sums(
+        channels,
+        dy,
+        x,
+        (Sums::Gradient, saved_mean),
+        |s1, s2, dy_row, x_row| {
+            for ((((s1, s2), &g), &v), &m) in s1
+                .iter_mut()
+                .zip(s2.iter_mut())
+                .zip(dy_row)
+                .zip(x_row)
+                .zip(saved_mean)
+            {
+                *s1 += g;
+                *s2 += g * (v - m);
+            }
+        },
+    );
     // dx = x·a + dy·g + b per channel, folded so the second pass is one FMA chain.
     let mut g = vec![0.0f32; channels];
     let mut a = vec![0.0f32; channels];
@@ -197,6 +227,9 @@ pub fn backward(
         .par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk).zip(dy.par_chunks(chunk)))
         .for_each(|(dx_chunk, (x_chunk, dy_chunk))| {
+            if avx512::backward_dx(channels, x_chunk, dy_chunk, &a, &g, &b, dx_chunk) {
+                return;
+            }
             for ((dx_row, x_row), dy_row) in dx_chunk
                 .chunks_exact_mut(channels)
                 .zip(x_chunk.chunks_exact(channels))

@@ -1,9 +1,12 @@
 //! The CPU backend: f32 buffers in host memory, multi-threaded on the rayon pool, GEMMs
-//! through the `gemm` crate (AVX-512 kernels where the CPU has them).
+//! through the `gemm` crate (AVX-512 kernels where the CPU has them), and direct AVX-512
+//! convolutions for narrow layers where the CPU has AVX-512.
 
 mod batchnorm;
+mod batchnorm_avx512;
 mod buffer;
 mod conv;
+mod direct_conv;
 mod elementwise;
 pub mod gemm;
 mod linear;
@@ -28,6 +31,8 @@ pub const DEFAULT_POOL_LIMIT_BYTES: usize = 8 << 30;
 #[derive(Debug, Clone)]
 pub struct CpuBackend {
     tiling: conv::Tiling,
+    /// Whether narrow convolutions may take the direct kernels instead of im2col GEMMs.
+    direct_convolutions: bool,
     pool: Arc<BufferPool>,
 }
 
@@ -35,6 +40,7 @@ impl Default for CpuBackend {
     fn default() -> Self {
         CpuBackend {
             tiling: conv::Tiling::default(),
+            direct_convolutions: true,
             pool: BufferPool::new(DEFAULT_POOL_LIMIT_BYTES),
         }
     }
@@ -45,13 +51,24 @@ impl CpuBackend {
         Self::default()
     }
 
-    /// A backend whose convolutions use im2col tiles of exactly `rows` output rows, so
-    /// tests can exercise tiles that straddle rows and images on tiny shapes.
+    /// A backend whose convolutions all run as im2col GEMMs with tiles of exactly `rows`
+    /// output rows, so tests can exercise tiles that straddle rows and images on tiny
+    /// shapes.
     pub fn with_conv_tile_rows(rows: usize) -> Self {
         CpuBackend {
             tiling: conv::Tiling {
                 fixed_rows: Some(rows.max(1)),
             },
+            direct_convolutions: false,
+            ..Self::default()
+        }
+    }
+
+    /// A backend whose convolutions all run as im2col GEMMs: the reference the direct
+    /// kernels are checked and measured against.
+    pub fn with_gemm_convolutions() -> Self {
+        CpuBackend {
+            direct_convolutions: false,
             ..Self::default()
         }
     }
@@ -147,7 +164,10 @@ impl Backend for CpuBackend {
         check(OP, "x", x, p.input_len())?;
         check(OP, "w", w, p.weight_len())?;
         check(OP, "y", y, p.output_len())?;
-        conv::forward(p, self.tiling, x.as_slice(), w.as_slice(), y.as_mut_slice());
+        let (x, w, y) = (x.as_slice(), w.as_slice(), y.as_mut_slice());
+        if !(self.direct_convolutions && direct_conv::forward(p, x, w, y)) {
+            conv::forward(p, self.tiling, x, w, y);
+        }
         Ok(())
     }
 
@@ -163,13 +183,10 @@ impl Backend for CpuBackend {
         check(OP, "dy", dy, p.output_len())?;
         check(OP, "w", w, p.weight_len())?;
         check(OP, "dx", dx, p.input_len())?;
-        conv::backward_data(
-            p,
-            self.tiling,
-            dy.as_slice(),
-            w.as_slice(),
-            dx.as_mut_slice(),
-        );
+        let (dy, w, dx) = (dy.as_slice(), w.as_slice(), dx.as_mut_slice());
+        if !(self.direct_convolutions && direct_conv::backward_data(p, dy, w, dx)) {
+            conv::backward_data(p, self.tiling, dy, w, dx);
+        }
         Ok(())
     }
 
@@ -185,13 +202,10 @@ impl Backend for CpuBackend {
         check(OP, "x", x, p.input_len())?;
         check(OP, "dy", dy, p.output_len())?;
         check(OP, "dw", dw, p.weight_len())?;
-        conv::backward_filter(
-            p,
-            self.tiling,
-            x.as_slice(),
-            dy.as_slice(),
-            dw.as_mut_slice(),
-        );
+        let (x, dy, dw) = (x.as_slice(), dy.as_slice(), dw.as_mut_slice());
+        if !(self.direct_convolutions && direct_conv::backward_filter(p, x, dy, dw)) {
+            conv::backward_filter(p, self.tiling, x, dy, dw);
+        }
         Ok(())
     }
 

@@ -81,51 +81,110 @@ fn backends() -> Vec<(&'static str, CpuBackend)> {
     ]
 }
 
+/// Runs the three convolution ops of every backend on `p` against f64 loops.
+fn check_conv_against_loops(p: Conv2dParams, backends: &[(&str, CpuBackend)]) {
+    let x = uniform(p.input_len(), 1, -1.0, 1.0);
+    let w = uniform(p.weight_len(), 2, -1.0, 1.0);
+    let dy = uniform(p.output_len(), 3, -1.0, 1.0);
+    let mut y_ref = vec![0.0f64; p.output_len()];
+    let mut dx_ref = vec![0.0f64; p.input_len()];
+    let mut dw_ref = vec![0.0f64; p.weight_len()];
+    for_each_tap(&p, |xi, wi, yi| {
+        y_ref[yi] += x[xi] as f64 * w[wi] as f64;
+        dx_ref[xi] += dy[yi] as f64 * w[wi] as f64;
+        dw_ref[wi] += dy[yi] as f64 * x[xi] as f64;
+    });
+    for (label, b) in backends {
+        let name = format!("{p:?} with {label}");
+        let (xb, wb, dyb) = (
+            b.upload(&x).unwrap(),
+            b.upload(&w).unwrap(),
+            b.upload(&dy).unwrap(),
+        );
+        // Garbage in the outputs proves every op overwrites rather than accumulates.
+        let mut y = b.upload(&vec![7.0; p.output_len()]).unwrap();
+        let mut dx = b.upload(&vec![7.0; p.input_len()]).unwrap();
+        let mut dw = b.upload(&vec![7.0; p.weight_len()]).unwrap();
+        b.conv2d_forward(&p, &xb, &wb, &mut y).unwrap();
+        b.conv2d_backward_data(&p, &dyb, &wb, &mut dx).unwrap();
+        b.conv2d_backward_filter(&p, &xb, &dyb, &mut dw).unwrap();
+        assert_values_close(&format!("forward {name}"), y.as_slice(), &y_ref, 1e-5, 1e-5);
+        assert_values_close(
+            &format!("backward data {name}"),
+            dx.as_slice(),
+            &dx_ref,
+            1e-5,
+            1e-5,
+        );
+        assert_values_close(
+            &format!("backward filter {name}"),
+            dw.as_slice(),
+            &dw_ref,
+            1e-5,
+            1e-5,
+        );
+    }
+}
+
 #[test]
 fn conv_forward_and_both_backwards_match_direct_loops() {
     for p in conv_cases() {
-        let x = uniform(p.input_len(), 1, -1.0, 1.0);
-        let w = uniform(p.weight_len(), 2, -1.0, 1.0);
-        let dy = uniform(p.output_len(), 3, -1.0, 1.0);
-        let mut y_ref = vec![0.0f64; p.output_len()];
-        let mut dx_ref = vec![0.0f64; p.input_len()];
-        let mut dw_ref = vec![0.0f64; p.weight_len()];
-        for_each_tap(&p, |xi, wi, yi| {
-            y_ref[yi] += x[xi] as f64 * w[wi] as f64;
-            dx_ref[xi] += dy[yi] as f64 * w[wi] as f64;
-            dw_ref[wi] += dy[yi] as f64 * x[xi] as f64;
-        });
-        for (label, b) in backends() {
-            let name = format!("{p:?} with {label}");
-            let (xb, wb, dyb) = (
-                b.upload(&x).unwrap(),
-                b.upload(&w).unwrap(),
-                b.upload(&dy).unwrap(),
-            );
-            // Garbage in the outputs proves every op overwrites rather than accumulates.
-            let mut y = b.upload(&vec![7.0; p.output_len()]).unwrap();
-            let mut dx = b.upload(&vec![7.0; p.input_len()]).unwrap();
-            let mut dw = b.upload(&vec![7.0; p.weight_len()]).unwrap();
-            b.conv2d_forward(&p, &xb, &wb, &mut y).unwrap();
-            b.conv2d_backward_data(&p, &dyb, &wb, &mut dx).unwrap();
-            b.conv2d_backward_filter(&p, &xb, &dyb, &mut dw).unwrap();
-            assert_values_close(&format!("forward {name}"), y.as_slice(), &y_ref, 1e-5, 1e-5);
-            assert_values_close(
-                &format!("backward data {name}"),
-                dx.as_slice(),
-                &dx_ref,
-                1e-5,
-                1e-5,
-            );
-            assert_values_close(
-                &format!("backward filter {name}"),
-                dw.as_slice(),
-                &dw_ref,
-                1e-5,
-                1e-5,
-            );
-        }
+        check_conv_against_loops(p, &backends());
     }
+}
+
+/// Shapes of the direct kernels: 1 to 4 vectors of output channels, input channels that
+/// are not multiples of 8, strides 1 and 2, no padding, 1×1 to 7×7 kernels, and rows
+/// whose width leaves every tail block size (16 + 4 + 2 + 1 = 23).
+fn narrow_conv_cases() -> Vec<Conv2dParams> {
+    vec![
+        conv(3, 7, 9, 16, 16, 3, 1, 1),
+        conv(1, 5, 23, 16, 16, 3, 1, 1),
+        conv(2, 9, 7, 13, 32, 3, 2, 1),
+        conv(2, 8, 8, 3, 48, 3, 1, 1),
+        conv(2, 6, 5, 32, 64, 1, 2, 0),
+        conv(2, 5, 7, 48, 16, 3, 1, 0),
+        conv(1, 11, 10, 16, 64, 5, 1, 2),
+        conv(2, 9, 9, 20, 16, 7, 2, 3),
+        conv(2, 6, 11, 64, 32, 3, 1, 1),
+    ]
+}
+
+#[test]
+fn direct_convolutions_match_direct_loops_and_the_gemm_path() {
+    let avx512 = direct_conv::cpu_has_avx512();
+    for p in narrow_conv_cases() {
+        // On an AVX-512 CPU these shapes must really take the direct kernels.
+        assert_eq!(direct_conv::supports_forward(&p), avx512, "{p:?}");
+        assert_eq!(direct_conv::supports_filter(&p), avx512, "{p:?}");
+        let data_direct = p.stride == 1 && p.in_c % 16 == 0 && p.in_c <= 64 && p.out_c <= 64;
+        assert_eq!(
+            direct_conv::supports_backward_data(&p),
+            avx512 && data_direct,
+            "{p:?}"
+        );
+        check_conv_against_loops(
+            p,
+            &[
+                ("direct kernels", CpuBackend::new()),
+                ("GEMM only", CpuBackend::with_gemm_convolutions()),
+            ],
+        );
+    }
+    // Wide layers stay GEMMs: more than 64 channels in or out, or (for the filter
+    // gradient) an output image too large to reread from L2.
+    assert!(!direct_conv::supports_forward(&conv(
+        1, 8, 8, 128, 64, 3, 1, 1
+    )));
+    assert!(!direct_conv::supports_forward(&conv(
+        1, 8, 8, 64, 128, 3, 1, 1
+    )));
+    assert!(!direct_conv::supports_backward_data(&conv(
+        1, 8, 8, 64, 256, 1, 1, 0
+    )));
+    let stem = conv(1, 224, 224, 3, 64, 7, 2, 3);
+    assert_eq!(direct_conv::supports_forward(&stem), avx512);
+    assert!(!direct_conv::supports_filter(&stem));
 }
 
 #[test]
@@ -250,6 +309,100 @@ fn batch_norm_training_normalises_and_updates_running_stats_like_pytorch() {
         1e-6,
         1e-6,
     );
+}
+
+/// Channel counts of whole 16-lane vectors take the AVX-512 loops where the CPU has
+/// them: an odd row count leaves a partial chunk and a partial f32 block.
+#[test]
+fn batch_norm_on_whole_vectors_of_channels_matches_f64_formulas() {
+    let b = CpuBackend::new();
+    for c in [16, 48] {
+        let rows = 1301;
+        let x = uniform(rows * c, 11, 2.0, 5.0);
+        let dy = uniform(rows * c, 12, -1.0, 1.0);
+        let gamma = uniform(c, 13, 0.5, 2.0);
+        let beta = uniform(c, 14, -1.0, 1.0);
+        let p = BatchNormParams {
+            rows,
+            channels: c,
+            eps: 1e-5,
+            momentum: 0.1,
+        };
+        let mut bn = BatchNormBuffers {
+            gamma: b.upload(&gamma).unwrap(),
+            beta: b.upload(&beta).unwrap(),
+            running_mean: b.zeros(c).unwrap(),
+            running_var: b.upload(&vec![1.0; c]).unwrap(),
+        };
+        let mut saved = BatchNormSaved {
+            mean: b.zeros(c).unwrap(),
+            inv_std: b.zeros(c).unwrap(),
+        };
+        let xb = b.upload(&x).unwrap();
+        let mut y = b.upload(&vec![7.0; rows * c]).unwrap();
+        b.batch_norm_forward_train(&p, &xb, &mut bn, &mut saved, &mut y)
+            .unwrap();
+        let (mean, var) = bn_reference(&x, rows, c);
+        let inv_std: Vec<f64> = var.iter().map(|v| 1.0 / (v + 1e-5).sqrt()).collect();
+        let xhat = |i: usize| (x[i] as f64 - mean[i % c]) * inv_std[i % c];
+        let y_ref: Vec<f64> = (0..rows * c)
+            .map(|i| xhat(i) * gamma[i % c] as f64 + beta[i % c] as f64)
+            .collect();
+        assert_values_close(
+            &format!("y, {c} channels"),
+            y.as_slice(),
+            &y_ref,
+            1e-5,
+            1e-5,
+        );
+        assert_values_close("saved mean", saved.mean.as_slice(), &mean, 1e-6, 1e-6);
+        assert_values_close(
+            "saved inv_std",
+            saved.inv_std.as_slice(),
+            &inv_std,
+            1e-5,
+            1e-5,
+        );
+
+        let mut dbeta = vec![0.0f64; c];
+        let mut dgamma = vec![0.0f64; c];
+        for i in 0..rows * c {
+            dbeta[i % c] += dy[i] as f64;
+            dgamma[i % c] += dy[i] as f64 * xhat(i);
+        }
+        let dx_ref: Vec<f64> = (0..rows * c)
+            .map(|i| {
+                let k = i % c;
+                gamma[k] as f64
+                    * inv_std[k]
+                    * (dy[i] as f64 - dbeta[k] / rows as f64 - xhat(i) * dgamma[k] / rows as f64)
+            })
+            .collect();
+        let mut dx = b.upload(&vec![7.0; rows * c]).unwrap();
+        let mut grads = BatchNormGrads {
+            gamma: b.upload(&vec![7.0; c]).unwrap(),
+            beta: b.upload(&vec![7.0; c]).unwrap(),
+        };
+        b.batch_norm_backward(
+            &p,
+            &xb,
+            &b.upload(&dy).unwrap(),
+            &bn.gamma,
+            &saved,
+            &mut dx,
+            &mut grads,
+        )
+        .unwrap();
+        assert_values_close(
+            &format!("dx, {c} channels"),
+            dx.as_slice(),
+            &dx_ref,
+            1e-4,
+            1e-5,
+        );
+        assert_values_close("dgamma", grads.gamma.as_slice(), &dgamma, 1e-5, 1e-5);
+        assert_values_close("dbeta", grads.beta.as_slice(), &dbeta, 1e-5, 1e-5);
+    }
 }
 
 #[test]
