@@ -90,6 +90,13 @@ fn data(root: &Path, recipe: &Recipe) -> TrainData {
     }
 }
 
+/// A CPU backend whose convolutions run as GEMMs: the `gemm` crate is built optimised
+/// even in a debug build, the direct convolution kernels are not, and these tests are
+/// about the loop rather than the kernels.
+fn cpu() -> CpuBackend {
+    CpuBackend::with_gemm_convolutions()
+}
+
 fn resnet20(backend: &CpuBackend, recipe: &Recipe) -> ResNet<CpuBackend> {
     ModelChoice::ResNet20
         .build(backend, CLASSES, IMAGE, recipe.seed)
@@ -99,7 +106,7 @@ fn resnet20(backend: &CpuBackend, recipe: &Recipe) -> ResNet<CpuBackend> {
 type Replicas = DataParallel<CpuBackend, ResNet<CpuBackend>>;
 
 fn replicas(count: usize, recipe: &Recipe) -> Replicas {
-    let backends = (0..count).map(|_| CpuBackend::new()).collect();
+    let backends = (0..count).map(|_| cpu()).collect();
     let ring = Box::new(HostRing::new(count).unwrap());
     data_parallel_for(recipe, backends, ring, |b: &CpuBackend| {
         ModelChoice::ResNet20.build(b, CLASSES, IMAGE, recipe.seed)
@@ -206,7 +213,7 @@ fn resnet20_on_two_replicas_learns_and_logs_like_one_device() {
     synth(&root, 32, 8);
     let recipe = recipe(16, 8);
 
-    let backend = CpuBackend::new();
+    let backend = cpu();
     let mut model = resnet20(&backend, &recipe);
     let one_log = dir.path().join("one.txt");
     let mut log = open_mllog(&one_log, &recipe);
@@ -248,7 +255,7 @@ fn one_replica_over_the_host_ring_matches_the_single_device_loop_bit_for_bit() {
     synth(&root, 16, 6);
     let recipe = recipe(8, 2);
 
-    let backend = CpuBackend::new();
+    let backend = cpu();
     let mut model = resnet20(&backend, &recipe);
     let mut single = Recorder::default();
     let want = train(

@@ -72,7 +72,7 @@ pub fn train_data_parallel<B: Backend, M: Model<B>>(
     observer: &mut dyn TrainObserver,
 ) -> TrainSummary {
     let replicas = dp.replicas().len();
-    if replicas == 0 || recipe.global_batch_size % replicas != 0 {
+    if replicas == 0 || !recipe.global_batch_size.is_multiple_of(replicas) {
         let error = ParallelError::BatchNotDivisible {
             batch: recipe.global_batch_size,
             replicas,
