@@ -14,9 +14,12 @@ use super::stage::{StageContext, StageReport};
 use super::system_desc::{submission_platform, system_description, SoftwareStack};
 use crate::engine::data::{Dataset, Loader, LoaderConfig};
 use crate::engine::mllog::{drop_page_cache, Division, MlLog, MlLogError, Submission};
+use crate::engine::model::resnet::ResNet;
+use crate::engine::parallel::{gpu_all_reduce, AllReduce, DataParallel};
 use crate::engine::recipe::{Recipe, RecipeError};
 use crate::engine::train::{
-    train, EpochReport, ModelChoice, StepReport, StopReason, TrainData, TrainObserver, TrainSummary,
+    data_parallel_for, train, train_data_parallel, EpochReport, ModelChoice, StepReport,
+    StopReason, TrainData, TrainObserver, TrainSummary,
 };
 use crate::engine::{Backend, CpuBackend};
 
@@ -113,17 +116,19 @@ pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
     };
     let summary = match super::gpu_devices::open(ctx.options) {
         Err(message) => return report.finish_as(Verdict::Error, Some(message)),
-        Ok(GpuChoice::Cpu { .. }) => run.on(CpuBackend::new(), ctx),
-        Ok(GpuChoice::Gpus { mut backends, .. }) => {
-            if backends.len() > 1 {
-                report.findings.push(format!(
-                    "trained on the first of {} GPUs: data-parallel training from the \
-                     dataset loader is not implemented yet",
-                    backends.len()
-                ));
-            }
-            run.on(backends.remove(0), ctx)
+        Ok(GpuChoice::Cpu { .. }) => run.on(Devices::One(CpuBackend::new()), ctx),
+        Ok(GpuChoice::Gpus { backends, .. }) if backends.len() > 1 => {
+            let (collective, chosen) = gpu_all_reduce(&backends);
+            report.findings.push(format!(
+                "data-parallel over {} GPUs, the global batch of {} split between them; \
+                 gradients all-reduced by {} ({chosen})",
+                backends.len(),
+                job.recipe.global_batch_size,
+                collective.name()
+            ));
+            run.on(Devices::Replicas(backends, collective), ctx)
         }
+        Ok(GpuChoice::Gpus { mut backends, .. }) => run.on(Devices::One(backends.remove(0)), ctx),
     };
     let summary = match summary {
         Ok(summary) => summary,
@@ -281,8 +286,20 @@ fn write_system_description(
     }
 }
 
-/// Turns the loop's reports into stage progress events.
-/// Everything a training run needs besides its backend.
+/// Where a run trains: one device, or one replica per device joined by a collective.
+enum Devices<B: Backend> {
+    One(B),
+    Replicas(Vec<B>, Box<dyn AllReduce<B>>),
+}
+
+/// The model, or its replicas, built on the run's devices; boxed so the variants weigh
+/// the same.
+enum Trainee<B: Backend> {
+    One(B, Box<ResNet<B>>),
+    Replicas(DataParallel<B, ResNet<B>>),
+}
+
+/// Everything a training run needs besides its devices.
 struct TrainingRun<'r> {
     job: &'r TrainJob,
     dataset: &'r Dataset,
@@ -293,10 +310,11 @@ struct TrainingRun<'r> {
 }
 
 impl TrainingRun<'_> {
-    /// Logs the MLLOG header, builds the model on `backend`, and trains.
+    /// Logs the MLLOG header, builds the model on each device (every replica from the
+    /// recipe's seed), and trains.
     fn on<B: Backend>(
         &self,
-        backend: B,
+        devices: Devices<B>,
         ctx: &mut StageContext<'_>,
     ) -> Result<TrainSummary, String> {
         let job = self.job;
@@ -308,21 +326,30 @@ impl TrainingRun<'_> {
         let flush = drop_page_cache();
         log.cache_clear(flush.flushed()).map_err(mllog_error)?;
         log.init_start().map_err(mllog_error)?;
-        let mut model = job
-            .model
-            .build(
-                &backend,
+        let build = |backend: &B| {
+            job.model.build(
+                backend,
                 self.dataset.num_classes(),
                 job.image_size,
                 job.recipe.seed,
             )
-            .map_err(|e| {
-                format!(
-                    "cannot build {} on {}: {e}",
-                    job.model.name(),
-                    backend.name()
-                )
-            })?;
+        };
+        let mut trainee = match devices {
+            Devices::One(backend) => {
+                let model = build(&backend).map_err(|e| {
+                    format!(
+                        "cannot build {} on {}: {e}",
+                        job.model.name(),
+                        backend.name()
+                    )
+                })?;
+                Trainee::One(backend, Box::new(model))
+            }
+            Devices::Replicas(backends, collective) => Trainee::Replicas(
+                data_parallel_for(&job.recipe, backends, collective, build)
+                    .map_err(|e| format!("cannot build {}: {e}", job.model.name()))?,
+            ),
+        };
         let data = loaders(self.dataset, job).map_err(|e| format!("cannot load {e}"))?;
         log.init_stop().map_err(mllog_error)?;
         log.run_start().map_err(mllog_error)?;
@@ -333,17 +360,23 @@ impl TrainingRun<'_> {
             planned_steps: steps_per_epoch * u64::from(job.recipe.train_epochs),
             global_step: 0,
         };
-        Ok(train(
-            &backend,
-            &mut model,
-            &job.recipe,
-            &data,
-            Some(&mut log),
-            &mut observer,
-        ))
+        Ok(match &mut trainee {
+            Trainee::One(backend, model) => train(
+                backend,
+                model.as_mut(),
+                &job.recipe,
+                &data,
+                Some(&mut log),
+                &mut observer,
+            ),
+            Trainee::Replicas(dp) => {
+                train_data_parallel(dp, &job.recipe, &data, Some(&mut log), &mut observer)
+            }
+        })
     }
 }
 
+/// Turns the loop's reports into stage progress events.
 struct StageObserver<'c, 'a> {
     ctx: &'c mut StageContext<'a>,
     planned_steps: u64,

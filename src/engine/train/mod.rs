@@ -2,12 +2,14 @@
 //! recipe, the optimizer applied on the device, and the throughput measurement of the
 //! acceptance suite.
 
+pub mod data_parallel;
 pub mod models;
 pub mod optimizer;
 pub mod step;
 pub mod throughput;
 pub mod trainer;
 
+pub use data_parallel::{data_parallel_for, train_data_parallel};
 pub use models::ModelChoice;
 pub use optimizer::DeviceOptimizer;
 pub use step::{

@@ -18,6 +18,22 @@ use crate::engine::schedule::PolynomialDecayWithWarmup;
 use super::optimizer::DeviceOptimizer;
 use super::step::{eval_step, train_step, DeviceBatch, StepOutcome, StepResult};
 
+/// How the loop runs one batch: on a single device, or split over data-parallel replicas.
+/// Errors come back as the message the run's [`StopReason::Failed`] will carry.
+pub(super) trait StepRunner {
+    /// A training step on `batch` at learning rate `lr`. `cancelled` is asked between the
+    /// forward and the backward pass, so a cancel during a long step updates nothing.
+    fn train_step(
+        &mut self,
+        batch: &Batch,
+        lr: f32,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<StepOutcome, String>;
+
+    /// An evaluation step: the loss and correct count over `batch`'s valid samples.
+    fn eval_step(&mut self, batch: &Batch) -> Result<StepResult, String>;
+}
+
 /// After one training step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepReport {
@@ -133,16 +149,13 @@ pub struct TrainData {
 }
 
 /// The loop's state, so each phase is a method that reads top to bottom.
-struct Run<'a, B: Backend, M: Model<B> + ?Sized> {
-    backend: &'a B,
-    model: &'a mut M,
+struct Run<'a, S: StepRunner> {
+    steps: S,
     recipe: &'a Recipe,
     data: &'a TrainData,
     observer: &'a mut dyn TrainObserver,
     mllog: Option<&'a mut MlLog>,
     mllog_errors: Vec<String>,
-    optimizer: DeviceOptimizer<B>,
-    loss_fn: SoftmaxCrossEntropy,
     schedule: PolynomialDecayWithWarmup,
     started: Instant,
     global_step: u64,
@@ -150,6 +163,50 @@ struct Run<'a, B: Backend, M: Model<B> + ?Sized> {
     train_seconds: f64,
     evals: Vec<(u32, f64)>,
     time_to_target_s: Option<f64>,
+}
+
+/// One model on one backend.
+struct SingleDevice<'a, B: Backend, M: Model<B> + ?Sized> {
+    backend: &'a B,
+    model: &'a mut M,
+    optimizer: DeviceOptimizer<B>,
+    loss_fn: SoftmaxCrossEntropy,
+}
+
+impl<B: Backend, M: Model<B> + ?Sized> StepRunner for SingleDevice<'_, B, M> {
+    fn train_step(
+        &mut self,
+        batch: &Batch,
+        lr: f32,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<StepOutcome, String> {
+        DeviceBatch::upload(self.backend, batch)
+            .and_then(|b| {
+                train_step(
+                    self.backend,
+                    self.model,
+                    &mut self.optimizer,
+                    &self.loss_fn,
+                    &b,
+                    lr,
+                    cancelled,
+                )
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    fn eval_step(&mut self, batch: &Batch) -> Result<StepResult, String> {
+        DeviceBatch::upload(self.backend, batch)
+            .and_then(|b| eval_step(self.backend, self.model, &self.loss_fn, &b))
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The loss of `recipe`: softmax cross-entropy with its label smoothing.
+pub(super) fn recipe_loss(recipe: &Recipe) -> SoftmaxCrossEntropy {
+    SoftmaxCrossEntropy {
+        label_smoothing: recipe.label_smoothing as f32,
+    }
 }
 
 /// Trains `model` by `recipe` until the target accuracy, the end of the planned epochs,
@@ -163,42 +220,58 @@ pub fn train<B: Backend, M: Model<B> + ?Sized>(
     mllog: Option<&mut MlLog>,
     observer: &mut dyn TrainObserver,
 ) -> TrainSummary {
+    let steps = SingleDevice {
+        backend,
+        model,
+        optimizer: DeviceOptimizer::new(recipe.lars_config()),
+        loss_fn: recipe_loss(recipe),
+    };
+    run_loop(steps, recipe, data, mllog, observer)
+}
+
+/// The summary of a run that could not start, after logging its `run_stop` as aborted.
+pub(super) fn not_started(reason: String, mllog: Option<&mut MlLog>) -> TrainSummary {
+    let mut errors = Vec::new();
+    if let Some(log) = mllog {
+        if let Err(e) = log.run_stop(RunStatus::Aborted) {
+            errors.push(e.to_string());
+        }
+    }
+    TrainSummary {
+        reason: StopReason::Failed(reason),
+        epochs_completed: 0,
+        steps: 0,
+        evals: Vec::new(),
+        time_to_target_s: None,
+        run_seconds: 0.0,
+        train_images_per_s: 0.0,
+        unreadable_files: 0,
+        mllog_errors: errors,
+    }
+}
+
+/// The training loop over any [`StepRunner`]: everything [`train`] does besides running
+/// the batches.
+pub(super) fn run_loop<S: StepRunner>(
+    steps: S,
+    recipe: &Recipe,
+    data: &TrainData,
+    mllog: Option<&mut MlLog>,
+    observer: &mut dyn TrainObserver,
+) -> TrainSummary {
     let started = Instant::now();
     let steps_per_epoch = data.train.batches_per_epoch() as u64;
     let schedule = match recipe.schedule(steps_per_epoch) {
         Ok(s) => s,
-        Err(e) => {
-            let mut errors = Vec::new();
-            if let Some(log) = mllog {
-                if let Err(e) = log.run_stop(RunStatus::Aborted) {
-                    errors.push(e.to_string());
-                }
-            }
-            return TrainSummary {
-                reason: StopReason::Failed(format!("invalid learning-rate schedule: {e}")),
-                epochs_completed: 0,
-                steps: 0,
-                evals: Vec::new(),
-                time_to_target_s: None,
-                run_seconds: 0.0,
-                train_images_per_s: 0.0,
-                unreadable_files: 0,
-                mllog_errors: errors,
-            };
-        }
+        Err(e) => return not_started(format!("invalid learning-rate schedule: {e}"), mllog),
     };
     let mut run = Run {
-        backend,
-        model,
+        steps,
         recipe,
         data,
         observer,
         mllog,
         mllog_errors: Vec::new(),
-        optimizer: DeviceOptimizer::new(recipe.lars_config()),
-        loss_fn: SoftmaxCrossEntropy {
-            label_smoothing: recipe.label_smoothing as f32,
-        },
         schedule,
         started,
         global_step: 0,
@@ -236,7 +309,7 @@ enum EpochEnd {
     Stopped(StopReason),
 }
 
-impl<B: Backend, M: Model<B> + ?Sized> Run<'_, B, M> {
+impl<S: StepRunner> Run<'_, S> {
     fn log(
         &mut self,
         write: impl FnOnce(&mut MlLog) -> Result<(), crate::engine::mllog::MlLogError>,
@@ -372,18 +445,10 @@ impl<B: Backend, M: Model<B> + ?Sized> Run<'_, B, M> {
         }
     }
 
-    fn one_step(&mut self, batch: &Batch, lr: f64) -> crate::engine::Result<StepOutcome> {
-        let device_batch = DeviceBatch::upload(self.backend, batch)?;
+    fn one_step(&mut self, batch: &Batch, lr: f64) -> Result<StepOutcome, String> {
         let observer = &*self.observer;
-        train_step(
-            self.backend,
-            self.model,
-            &mut self.optimizer,
-            &self.loss_fn,
-            &device_batch,
-            lr as f32,
-            &|| observer.cancelled(),
-        )
+        self.steps
+            .train_step(batch, lr as f32, &|| observer.cancelled())
     }
 
     /// Top-1 accuracy on the evaluation split, padding excluded; `None` when cancelled.
@@ -412,11 +477,9 @@ impl<B: Backend, M: Model<B> + ?Sized> Run<'_, B, M> {
             if self.observer.cancelled() {
                 return Ok(None);
             }
-            let r: StepResult = DeviceBatch::upload(self.backend, &batch)
-                .and_then(|b| eval_step(self.backend, self.model, &self.loss_fn, &b))
-                .map_err(|e| {
-                    StopReason::Failed(format!("evaluation after epoch {epoch} failed: {e}"))
-                })?;
+            let r: StepResult = self.steps.eval_step(&batch).map_err(|e| {
+                StopReason::Failed(format!("evaluation after epoch {epoch} failed: {e}"))
+            })?;
             correct += r.correct;
             valid += r.valid;
         }
