@@ -258,6 +258,71 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
             &mut grads_r,
         )?;
         self.record("batch_norm_backward", "dx", &dx, e * 10.0)?;
+        // The fused BN + ReLU forms, on the same state.
+        let mut y_relu = self.alloc(p.rows * c)?;
+        self.test.batch_norm_relu_forward_train(
+            &p,
+            &x.t,
+            &mut bn_t,
+            &mut saved_t,
+            &mut y_relu.t,
+        )?;
+        self.reference.batch_norm_relu_forward_train(
+            &p,
+            &x.r,
+            &mut bn_r,
+            &mut saved_r,
+            &mut y_relu.r,
+        )?;
+        self.record("batch_norm_relu_forward_train", "y", &y_relu, e)?;
+        let mut y_relu_eval = self.alloc(p.rows * c)?;
+        self.test
+            .batch_norm_relu_forward_eval(&p, &x.t, &bn_t, &mut y_relu_eval.t)?;
+        self.reference
+            .batch_norm_relu_forward_eval(&p, &x.r, &bn_r, &mut y_relu_eval.r)?;
+        self.record("batch_norm_relu_forward_eval", "y", &y_relu_eval, e)?;
+        let mut dy_relu = self.random(p.rows * c, 1.0)?;
+        let mut dx_relu = self.alloc(p.rows * c)?;
+        let mut grads_relu_t = BatchNormGrads {
+            gamma: self.test.alloc(c)?,
+            beta: self.test.alloc(c)?,
+        };
+        let mut grads_relu_r = BatchNormGrads {
+            gamma: self.reference.alloc(c)?,
+            beta: self.reference.alloc(c)?,
+        };
+        self.test.batch_norm_relu_backward(
+            &p,
+            &x.t,
+            &y_relu.t,
+            &mut dy_relu.t,
+            &bn_t.gamma,
+            &saved_t,
+            &mut dx_relu.t,
+            &mut grads_relu_t,
+        )?;
+        self.reference.batch_norm_relu_backward(
+            &p,
+            &x.r,
+            &y_relu.r,
+            &mut dy_relu.r,
+            &bn_r.gamma,
+            &saved_r,
+            &mut dx_relu.r,
+            &mut grads_relu_r,
+        )?;
+        self.record("batch_norm_relu_backward", "dx", &dx_relu, e * 10.0)?;
+        for (name, t, r) in [
+            ("dgamma", &grads_relu_t.gamma, &grads_relu_r.gamma),
+            ("dbeta", &grads_relu_t.beta, &grads_relu_r.beta),
+        ] {
+            let mut got = vec![0.0; c];
+            let mut want = vec![0.0; c];
+            self.test.download(t, &mut got)?;
+            self.reference.download(r, &mut want)?;
+            self.results
+                .push(compare("batch_norm_relu_backward", name, &got, &want, e));
+        }
         for (name, t, r) in [
             ("dgamma", &grads_t.gamma, &grads_r.gamma),
             ("dbeta", &grads_t.beta, &grads_r.beta),

@@ -660,58 +660,18 @@ impl Backend for GpuBackend {
         saved: &mut BatchNormSaved<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        const OP: &str = "batch_norm_forward_train";
-        p.validate(true)?;
-        let (rows, c) = (p.rows, p.channels);
-        self.check(OP, "x", x, rows * c)?;
-        self.check(OP, "y", y, rows * c)?;
-        self.check_bn(OP, bn, c)?;
-        self.check(OP, "saved mean", &saved.mean, c)?;
-        self.check(OP, "saved inv_std", &saved.inv_std, c)?;
-        dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
-        let slabs = launch::bn_slabs(rows);
-        let p1 = self.alloc(slabs * c)?;
-        let p2 = self.alloc(slabs * c)?;
-        self.launch(
-            "bn_partial_sums",
-            launch::bn_partials(rows, c),
-            &[
-                KernelArg::Ptr(x.ptr),
-                KernelArg::Ptr(x.ptr),
-                KernelArg::Ptr(x.ptr),
-                i64_arg(rows),
-                i32_arg(c),
-                i32_arg(launch::BN_ROWS_PER_SLAB),
-                KernelArg::I32(0),
-                KernelArg::Ptr(p1.ptr),
-                KernelArg::Ptr(p2.ptr),
-            ],
-        )?;
-        let scale = self.alloc(c)?;
-        let shift = self.alloc(c)?;
-        self.launch(
-            "bn_forward_finalize",
-            launch::one_thread_each(c),
-            &[
-                KernelArg::Ptr(p1.ptr),
-                KernelArg::Ptr(p2.ptr),
-                i32_arg(slabs),
-                i64_arg(rows),
-                i32_arg(c),
-                KernelArg::Ptr(x.ptr),
-                KernelArg::Ptr(bn.gamma.ptr),
-                KernelArg::Ptr(bn.beta.ptr),
-                KernelArg::Ptr(bn.running_mean.ptr),
-                KernelArg::Ptr(bn.running_var.ptr),
-                KernelArg::F32(p.eps),
-                KernelArg::F32(p.momentum),
-                KernelArg::Ptr(saved.mean.ptr),
-                KernelArg::Ptr(saved.inv_std.ptr),
-                KernelArg::Ptr(scale.ptr),
-                KernelArg::Ptr(shift.ptr),
-            ],
-        )?;
-        self.channel_affine(x, &scale, &shift, y, rows, c)
+        self.bn_forward_train(p, x, bn, saved, y, false)
+    }
+
+    fn batch_norm_relu_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        bn: &mut BatchNormBuffers<GpuBuffer>,
+        saved: &mut BatchNormSaved<GpuBuffer>,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        self.bn_forward_train(p, x, bn, saved, y, true)
     }
 
     fn batch_norm_forward_eval(
@@ -721,30 +681,17 @@ impl Backend for GpuBackend {
         bn: &BatchNormBuffers<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        const OP: &str = "batch_norm_forward_eval";
-        p.validate(false)?;
-        let (rows, c) = (p.rows, p.channels);
-        self.check(OP, "x", x, rows * c)?;
-        self.check(OP, "y", y, rows * c)?;
-        self.check_bn(OP, bn, c)?;
-        dims_fit_i32(OP, &[c])?;
-        let scale = self.alloc(c)?;
-        let shift = self.alloc(c)?;
-        self.launch(
-            "bn_eval_coefficients",
-            launch::one_thread_each(c),
-            &[
-                KernelArg::Ptr(bn.gamma.ptr),
-                KernelArg::Ptr(bn.beta.ptr),
-                KernelArg::Ptr(bn.running_mean.ptr),
-                KernelArg::Ptr(bn.running_var.ptr),
-                KernelArg::F32(p.eps),
-                i32_arg(c),
-                KernelArg::Ptr(scale.ptr),
-                KernelArg::Ptr(shift.ptr),
-            ],
-        )?;
-        self.channel_affine(x, &scale, &shift, y, rows, c)
+        self.bn_forward_eval(p, x, bn, y, false)
+    }
+
+    fn batch_norm_relu_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        bn: &BatchNormBuffers<GpuBuffer>,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        self.bn_forward_eval(p, x, bn, y, true)
     }
 
     fn batch_norm_backward(
@@ -757,71 +704,21 @@ impl Backend for GpuBackend {
         dx: &mut GpuBuffer,
         grads: &mut BatchNormGrads<GpuBuffer>,
     ) -> Result<()> {
-        const OP: &str = "batch_norm_backward";
-        p.validate(true)?;
-        let (rows, c) = (p.rows, p.channels);
-        self.check(OP, "x", x, rows * c)?;
-        self.check(OP, "dy", dy, rows * c)?;
-        self.check(OP, "dx", dx, rows * c)?;
-        self.check(OP, "gamma", gamma, c)?;
-        self.check(OP, "saved mean", &saved.mean, c)?;
-        self.check(OP, "saved inv_std", &saved.inv_std, c)?;
-        self.check(OP, "dgamma", &grads.gamma, c)?;
-        self.check(OP, "dbeta", &grads.beta, c)?;
-        dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
-        let slabs = launch::bn_slabs(rows);
-        let p1 = self.alloc(slabs * c)?;
-        let p2 = self.alloc(slabs * c)?;
-        self.launch(
-            "bn_partial_sums",
-            launch::bn_partials(rows, c),
-            &[
-                KernelArg::Ptr(x.ptr),
-                KernelArg::Ptr(dy.ptr),
-                KernelArg::Ptr(saved.mean.ptr),
-                i64_arg(rows),
-                i32_arg(c),
-                i32_arg(launch::BN_ROWS_PER_SLAB),
-                KernelArg::I32(1),
-                KernelArg::Ptr(p1.ptr),
-                KernelArg::Ptr(p2.ptr),
-            ],
-        )?;
-        let coef = self.alloc(3 * c)?;
-        self.launch(
-            "bn_backward_finalize",
-            launch::one_thread_each(c),
-            &[
-                KernelArg::Ptr(p1.ptr),
-                KernelArg::Ptr(p2.ptr),
-                i32_arg(slabs),
-                i64_arg(rows),
-                i32_arg(c),
-                KernelArg::Ptr(gamma.ptr),
-                KernelArg::Ptr(saved.mean.ptr),
-                KernelArg::Ptr(saved.inv_std.ptr),
-                KernelArg::Ptr(grads.gamma.ptr),
-                KernelArg::Ptr(grads.beta.ptr),
-                KernelArg::Ptr(coef.ptr),
-                KernelArg::Ptr(coef.at(c)),
-                KernelArg::Ptr(coef.at(2 * c)),
-            ],
-        )?;
-        dims_fit_i32(OP, &[rows * c])?;
-        self.elementwise(
-            "bn_backward_dx",
-            rows * c,
-            &[
-                KernelArg::Ptr(x.ptr),
-                KernelArg::Ptr(dy.ptr),
-                KernelArg::Ptr(coef.ptr),
-                KernelArg::Ptr(coef.at(c)),
-                KernelArg::Ptr(coef.at(2 * c)),
-                KernelArg::Ptr(dx.ptr),
-                i32_arg(rows * c),
-                i32_arg(c),
-            ],
-        )
+        self.bn_backward(p, x, None, dy, gamma, saved, dx, grads)
+    }
+
+    fn batch_norm_relu_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        y: &GpuBuffer,
+        dy: &mut GpuBuffer,
+        gamma: &GpuBuffer,
+        saved: &BatchNormSaved<GpuBuffer>,
+        dx: &mut GpuBuffer,
+        grads: &mut BatchNormGrads<GpuBuffer>,
+    ) -> Result<()> {
+        self.bn_backward(p, x, Some(y), dy, gamma, saved, dx, grads)
     }
 
     fn relu_forward(&self, x: &mut GpuBuffer) -> Result<()> {
@@ -1288,6 +1185,192 @@ impl Backend for GpuBackend {
 }
 
 impl GpuBackend {
+    fn bn_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        bn: &mut BatchNormBuffers<GpuBuffer>,
+        saved: &mut BatchNormSaved<GpuBuffer>,
+        y: &mut GpuBuffer,
+        relu: bool,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_forward_train";
+        p.validate(true)?;
+        let (rows, c) = (p.rows, p.channels);
+        self.check(OP, "x", x, rows * c)?;
+        self.check(OP, "y", y, rows * c)?;
+        self.check_bn(OP, bn, c)?;
+        self.check(OP, "saved mean", &saved.mean, c)?;
+        self.check(OP, "saved inv_std", &saved.inv_std, c)?;
+        dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
+        let slabs = launch::bn_slabs(rows);
+        let p1 = self.alloc(slabs * c)?;
+        let p2 = self.alloc(slabs * c)?;
+        self.launch(
+            "bn_partial_sums",
+            launch::bn_partials(rows, c),
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(x.ptr),
+                i64_arg(rows),
+                i32_arg(c),
+                i32_arg(launch::BN_ROWS_PER_SLAB),
+                KernelArg::I32(0),
+                KernelArg::Ptr(p1.ptr),
+                KernelArg::Ptr(p2.ptr),
+            ],
+        )?;
+        let scale = self.alloc(c)?;
+        let shift = self.alloc(c)?;
+        self.launch(
+            "bn_forward_finalize",
+            launch::one_thread_each(c),
+            &[
+                KernelArg::Ptr(p1.ptr),
+                KernelArg::Ptr(p2.ptr),
+                i32_arg(slabs),
+                i64_arg(rows),
+                i32_arg(c),
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(bn.gamma.ptr),
+                KernelArg::Ptr(bn.beta.ptr),
+                KernelArg::Ptr(bn.running_mean.ptr),
+                KernelArg::Ptr(bn.running_var.ptr),
+                KernelArg::F32(p.eps),
+                KernelArg::F32(p.momentum),
+                KernelArg::Ptr(saved.mean.ptr),
+                KernelArg::Ptr(saved.inv_std.ptr),
+                KernelArg::Ptr(scale.ptr),
+                KernelArg::Ptr(shift.ptr),
+            ],
+        )?;
+        self.channel_affine(x, &scale, &shift, y, rows, c, relu)
+    }
+
+    fn bn_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        bn: &BatchNormBuffers<GpuBuffer>,
+        y: &mut GpuBuffer,
+        relu: bool,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_forward_eval";
+        p.validate(false)?;
+        let (rows, c) = (p.rows, p.channels);
+        self.check(OP, "x", x, rows * c)?;
+        self.check(OP, "y", y, rows * c)?;
+        self.check_bn(OP, bn, c)?;
+        dims_fit_i32(OP, &[c])?;
+        let scale = self.alloc(c)?;
+        let shift = self.alloc(c)?;
+        self.launch(
+            "bn_eval_coefficients",
+            launch::one_thread_each(c),
+            &[
+                KernelArg::Ptr(bn.gamma.ptr),
+                KernelArg::Ptr(bn.beta.ptr),
+                KernelArg::Ptr(bn.running_mean.ptr),
+                KernelArg::Ptr(bn.running_var.ptr),
+                KernelArg::F32(p.eps),
+                i32_arg(c),
+                KernelArg::Ptr(scale.ptr),
+                KernelArg::Ptr(shift.ptr),
+            ],
+        )?;
+        self.channel_affine(x, &scale, &shift, y, rows, c, relu)
+    }
+
+    /// The batch-norm backward, through the ReLU whose output was `relu_out` when given.
+    #[allow(clippy::too_many_arguments)]
+    fn bn_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        relu_out: Option<&GpuBuffer>,
+        dy: &GpuBuffer,
+        gamma: &GpuBuffer,
+        saved: &BatchNormSaved<GpuBuffer>,
+        dx: &mut GpuBuffer,
+        grads: &mut BatchNormGrads<GpuBuffer>,
+    ) -> Result<()> {
+        const OP: &str = "batch_norm_backward";
+        p.validate(true)?;
+        let (rows, c) = (p.rows, p.channels);
+        self.check(OP, "x", x, rows * c)?;
+        self.check(OP, "dy", dy, rows * c)?;
+        self.check(OP, "dx", dx, rows * c)?;
+        self.check(OP, "gamma", gamma, c)?;
+        self.check(OP, "saved mean", &saved.mean, c)?;
+        self.check(OP, "saved inv_std", &saved.inv_std, c)?;
+        self.check(OP, "dgamma", &grads.gamma, c)?;
+        self.check(OP, "dbeta", &grads.beta, c)?;
+        if let Some(y) = relu_out {
+            self.check(OP, "relu output", y, rows * c)?;
+        }
+        dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
+        let slabs = launch::bn_slabs(rows);
+        let p1 = self.alloc(slabs * c)?;
+        let p2 = self.alloc(slabs * c)?;
+        self.launch(
+            "bn_partial_sums",
+            launch::bn_partials(rows, c),
+            &[
+                KernelArg::Ptr(x.ptr),
+                KernelArg::Ptr(dy.ptr),
+                KernelArg::Ptr(saved.mean.ptr),
+                KernelArg::Ptr(relu_out.map_or(x.ptr, |y| y.ptr)),
+                i64_arg(rows),
+                i32_arg(c),
+                i32_arg(launch::BN_ROWS_PER_SLAB),
+                KernelArg::I32(if relu_out.is_some() { 2 } else { 1 }),
+                KernelArg::Ptr(p1.ptr),
+                KernelArg::Ptr(p2.ptr),
+            ],
+        )?;
+        let coef = self.alloc(3 * c)?;
+        self.launch(
+            "bn_backward_finalize",
+            launch::one_thread_each(c),
+            &[
+                KernelArg::Ptr(p1.ptr),
+                KernelArg::Ptr(p2.ptr),
+                i32_arg(slabs),
+                i64_arg(rows),
+                i32_arg(c),
+                KernelArg::Ptr(gamma.ptr),
+                KernelArg::Ptr(saved.mean.ptr),
+                KernelArg::Ptr(saved.inv_std.ptr),
+                KernelArg::Ptr(grads.gamma.ptr),
+                KernelArg::Ptr(grads.beta.ptr),
+                KernelArg::Ptr(coef.ptr),
+                KernelArg::Ptr(coef.at(c)),
+                KernelArg::Ptr(coef.at(2 * c)),
+            ],
+        )?;
+        dims_fit_i32(OP, &[rows * c])?;
+        let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(dy.ptr)];
+        if let Some(y) = relu_out {
+            args.push(KernelArg::Ptr(y.ptr));
+        }
+        args.extend([
+            KernelArg::Ptr(coef.ptr),
+            KernelArg::Ptr(coef.at(c)),
+            KernelArg::Ptr(coef.at(2 * c)),
+            KernelArg::Ptr(dx.ptr),
+            i32_arg(rows * c),
+            i32_arg(c),
+        ]);
+        let kernel = if relu_out.is_some() {
+            "bn_backward_dx_relu"
+        } else {
+            "bn_backward_dx"
+        };
+        self.elementwise(kernel, rows * c, &args)
+    }
+
     fn check_bn(&self, op: &'static str, bn: &BatchNormBuffers<GpuBuffer>, c: usize) -> Result<()> {
         self.check(op, "gamma", &bn.gamma, c)?;
         self.check(op, "beta", &bn.beta, c)?;
@@ -1295,6 +1378,7 @@ impl GpuBackend {
         self.check(op, "running var", &bn.running_var, c)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn channel_affine(
         &self,
         x: &GpuBuffer,
@@ -1303,10 +1387,15 @@ impl GpuBackend {
         y: &mut GpuBuffer,
         rows: usize,
         c: usize,
+        relu: bool,
     ) -> Result<()> {
         dims_fit_i32("batch_norm", &[rows * c])?;
         self.elementwise(
-            "channel_affine",
+            if relu {
+                "channel_affine_relu"
+            } else {
+                "channel_affine"
+            },
             rows * c,
             &[
                 KernelArg::Ptr(x.ptr),
