@@ -7,7 +7,7 @@
 
 use std::cell::RefCell;
 
-use super::decode::{decode_jpeg_region_with, DecodeError, RgbImage, ScaledRegion};
+use super::decode::{decode_jpeg_region_with, recycle_pixels, DecodeError, RgbImage, ScaledRegion};
 use super::rng::SampleRng;
 
 /// Per-channel mean subtracted from every pixel (RGB, 0–255 scale); no division by std.
@@ -166,6 +166,7 @@ impl TrainTransform {
         })?;
         let choice = chosen.ok_or_else(|| DecodeError::Corrupt("no crop was chosen".into()))?;
         resample(&region.image, &self.region_job(&region, choice), out);
+        recycle_pixels(region.image);
         Ok(choice)
     }
 

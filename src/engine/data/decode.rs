@@ -96,7 +96,7 @@ pub fn decode_jpeg(bytes: &[u8]) -> Result<RgbImage, DecodeError> {
     check_container(bytes)?;
     with_decompressor(|d| {
         let header = d.read_header(bytes)?;
-        d.decompress(bytes, &header, &Window::whole(&header))
+        d.decompress(bytes, &header, &Window::whole(&header), Vec::new())
     })
 }
 
@@ -127,7 +127,8 @@ pub fn decode_jpeg_region_with(
         let crop = choose(header.width, header.height);
         let eighths = region_eighths(crop, out_width, out_height);
         let window = Window::covering(&header, crop, eighths);
-        let image = d.decompress(bytes, &header, &window)?;
+        let spare = SPARE_PIXELS.with(|spare| std::mem::take(&mut *spare.borrow_mut()));
+        let image = d.decompress(bytes, &header, &window, spare)?;
         Ok(ScaledRegion {
             image,
             x: window.x,
@@ -135,6 +136,11 @@ pub fn decode_jpeg_region_with(
             eighths,
         })
     })
+}
+
+/// Hands a decoded region's pixel memory back to this thread for its next decode.
+pub fn recycle_pixels(image: RgbImage) {
+    SPARE_PIXELS.with(|spare| *spare.borrow_mut() = image.pixels);
 }
 
 /// The smallest n of 1, 2, 4, 8 with the crop scaled by n/8 no smaller than the output.
@@ -306,12 +312,14 @@ impl Decompressor {
         })
     }
 
-    /// Decode `window` of the image whose header was just read into RGB pixels.
+    /// Decode `window` of the image whose header was just read into RGB pixels, in
+    /// `pixels`' memory when it has room (its old contents are all overwritten).
     fn decompress(
         &mut self,
         bytes: &[u8],
         header: &Header,
         window: &Window,
+        mut pixels: Vec<u8>,
     ) -> Result<RgbImage, DecodeError> {
         let too_large =
             || DecodeError::Corrupt(format!("{}x{} is too large", header.width, header.height));
@@ -350,22 +358,35 @@ impl Decompressor {
         }
         let pitch = window.width.checked_mul(3).ok_or_else(too_large)?;
         let len = pitch.checked_mul(window.height).ok_or_else(too_large)?;
-        let mut pixels = vec![0u8; len];
-        // SAFETY: TurboJPEG writes `window.height` rows of `pitch` bytes (the cropping
-        // region, or the whole image scaled by the factor set above, whose size
-        // `scaled` computes the way TurboJPEG does), which is exactly `pixels`.
-        let status = unsafe {
-            tj::tj3Decompress8(
-                self.handle.as_ptr(),
-                bytes.as_ptr(),
-                bytes.len() as _,
-                pixels.as_mut_ptr(),
-                as_int(pitch)?,
-                tj::TJPF_TJPF_RGB,
-            )
+        // Growing zero-fills only the new tail and shrinking truncates: a reused buffer
+        // is not cleared, since a successful decode writes every byte.
+        pixels.resize(len, 0);
+        let pitch = as_int(pitch)?;
+        let decode = |pixels: &mut Vec<u8>| {
+            // SAFETY: TurboJPEG writes `window.height` rows of `pitch` bytes (the cropping
+            // region, or the whole image scaled by the factor set above, whose size
+            // `scaled` computes the way TurboJPEG does), which is exactly `pixels`.
+            unsafe {
+                tj::tj3Decompress8(
+                    self.handle.as_ptr(),
+                    bytes.as_ptr(),
+                    bytes.len() as _,
+                    pixels.as_mut_ptr(),
+                    pitch,
+                    tj::TJPF_TJPF_RGB,
+                )
+            }
         };
-        if status != 0 && !self.last_was_warning() {
-            return Err(self.error());
+        if decode(&mut pixels) != 0 {
+            if !self.last_was_warning() {
+                return Err(self.error());
+            }
+            // A damaged file can leave rows unwritten: they must read as black, not as
+            // the last image's pixels, so it is decoded again into a cleared buffer.
+            pixels.fill(0);
+            if decode(&mut pixels) != 0 && !self.last_was_warning() {
+                return Err(self.error());
+            }
         }
         Ok(RgbImage {
             width: window.width,
@@ -384,6 +405,9 @@ impl Drop for Decompressor {
 
 thread_local! {
     static DECOMPRESSOR: RefCell<Option<Decompressor>> = const { RefCell::new(None) };
+    /// The pixel buffer of this thread's last decoded region, kept for the next one so
+    /// each image does not fault in fresh pages.
+    static SPARE_PIXELS: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 fn with_decompressor<T>(
