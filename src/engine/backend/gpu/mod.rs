@@ -21,6 +21,7 @@ macro_rules! missing_symbols {
 }
 
 pub mod cache;
+mod conv_gemm;
 pub mod cuda;
 pub mod cudnn;
 pub mod driver;
@@ -447,24 +448,16 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "w", w, p.weight_len())?;
         self.check(OP, "y", y, p.output_len())?;
-        let (k, cout) = (p.kernel_h * p.kernel_w * p.in_c, p.out_c);
+        let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
         if p.is_pointwise() {
-            return self.gemm(Gemm {
-                m: p.batch * rows_per_image,
-                n: cout,
-                k,
-                a: x.ptr,
-                lda: k,
-                trans_a: Transpose::No,
-                b: w.ptr,
-                ldb: cout,
-                trans_b: Transpose::No,
-                c: y.ptr,
-                ldc: cout,
-                alpha: 1.0,
-                beta: 0.0,
-            });
+            return self.gemm(conv_gemm::forward(
+                p,
+                p.batch * rows_per_image,
+                x.ptr,
+                w.ptr,
+                y.ptr,
+            ));
         }
         if self.dnn {
             let w_dnn = self.weights_for_dnn(p, w)?;
@@ -483,21 +476,13 @@ impl Backend for GpuBackend {
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
             self.im2col(p, x, &col, first, images)?;
-            self.gemm(Gemm {
-                m: images * rows_per_image,
-                n: cout,
-                k,
-                a: col.ptr,
-                lda: k,
-                trans_a: Transpose::No,
-                b: w.ptr,
-                ldb: cout,
-                trans_b: Transpose::No,
-                c: y.at(first * rows_per_image * cout),
-                ldc: cout,
-                alpha: 1.0,
-                beta: 0.0,
-            })?;
+            self.gemm(conv_gemm::forward(
+                p,
+                images * rows_per_image,
+                col.ptr,
+                w.ptr,
+                y.at(first * rows_per_image * cout),
+            ))?;
         }
         Ok(())
     }
@@ -514,24 +499,16 @@ impl Backend for GpuBackend {
         self.check(OP, "dy", dy, p.output_len())?;
         self.check(OP, "w", w, p.weight_len())?;
         self.check(OP, "dx", dx, p.input_len())?;
-        let (k, cout) = (p.kernel_h * p.kernel_w * p.in_c, p.out_c);
+        let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
         if p.is_pointwise() {
-            return self.gemm(Gemm {
-                m: p.batch * rows_per_image,
-                n: k,
-                k: cout,
-                a: dy.ptr,
-                lda: cout,
-                trans_a: Transpose::No,
-                b: w.ptr,
-                ldb: cout,
-                trans_b: Transpose::Yes,
-                c: dx.ptr,
-                ldc: k,
-                alpha: 1.0,
-                beta: 0.0,
-            });
+            return self.gemm(conv_gemm::backward_data(
+                p,
+                p.batch * rows_per_image,
+                dy.ptr,
+                w.ptr,
+                dx.ptr,
+            ));
         }
         if self.dnn {
             let w_dnn = self.weights_for_dnn(p, w)?;
@@ -549,21 +526,13 @@ impl Backend for GpuBackend {
         let (chunk, dcol) = self.conv_chunks(p)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
-            self.gemm(Gemm {
-                m: images * rows_per_image,
-                n: k,
-                k: cout,
-                a: dy.at(first * rows_per_image * cout),
-                lda: cout,
-                trans_a: Transpose::No,
-                b: w.ptr,
-                ldb: cout,
-                trans_b: Transpose::Yes,
-                c: dcol.ptr,
-                ldc: k,
-                alpha: 1.0,
-                beta: 0.0,
-            })?;
+            self.gemm(conv_gemm::backward_data(
+                p,
+                images * rows_per_image,
+                dy.at(first * rows_per_image * cout),
+                w.ptr,
+                dcol.ptr,
+            ))?;
             let total = images * p.in_h * p.in_w * p.in_c;
             dims_fit_i32(OP, &[total])?;
             let mut args = vec![KernelArg::Ptr(dcol.ptr), KernelArg::Ptr(dx.ptr)];
@@ -585,24 +554,17 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "dy", dy, p.output_len())?;
         self.check(OP, "dw", dw, p.weight_len())?;
-        let (k, cout) = (p.kernel_h * p.kernel_w * p.in_c, p.out_c);
+        let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
         if p.is_pointwise() {
-            return self.gemm(Gemm {
-                m: k,
-                n: cout,
-                k: p.batch * rows_per_image,
-                a: x.ptr,
-                lda: k,
-                trans_a: Transpose::Yes,
-                b: dy.ptr,
-                ldb: cout,
-                trans_b: Transpose::No,
-                c: dw.ptr,
-                ldc: cout,
-                alpha: 1.0,
-                beta: 0.0,
-            });
+            return self.gemm(conv_gemm::backward_filter(
+                p,
+                p.batch * rows_per_image,
+                x.ptr,
+                dy.ptr,
+                dw.ptr,
+                false,
+            ));
         }
         if self.dnn {
             let dw_dnn = self.alloc(p.weight_len())?;
@@ -633,21 +595,14 @@ impl Backend for GpuBackend {
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
             self.im2col(p, x, &col, first, images)?;
-            self.gemm(Gemm {
-                m: k,
-                n: cout,
-                k: images * rows_per_image,
-                a: col.ptr,
-                lda: k,
-                trans_a: Transpose::Yes,
-                b: dy.at(first * rows_per_image * cout),
-                ldb: cout,
-                trans_b: Transpose::No,
-                c: dw.ptr,
-                ldc: cout,
-                alpha: 1.0,
-                beta: if first == 0 { 0.0 } else { 1.0 },
-            })?;
+            self.gemm(conv_gemm::backward_filter(
+                p,
+                images * rows_per_image,
+                col.ptr,
+                dy.at(first * rows_per_image * cout),
+                dw.ptr,
+                first > 0,
+            ))?;
         }
         Ok(())
     }

@@ -1,0 +1,125 @@
+//! The GEMM of each convolution pass over `rows` output pixels, in the backend's
+//! layouts: the im2col matrix (or, for a 1×1 stride-1 convolution, the input itself)
+//! `[rows, K]` with `K = kernel_h·kernel_w·in_c`, HWIO weights `[K, out_c]` and the
+//! output `[rows, out_c]`.
+
+use super::driver::{DevicePtr, Gemm, Transpose};
+use crate::engine::backend::Conv2dParams;
+
+fn depth(p: &Conv2dParams) -> usize {
+    p.kernel_h * p.kernel_w * p.in_c
+}
+
+/// y := col × W.
+pub fn forward(p: &Conv2dParams, rows: usize, col: DevicePtr, w: DevicePtr, y: DevicePtr) -> Gemm {
+    let (k, cout) = (depth(p), p.out_c);
+    Gemm {
+        m: rows,
+        n: cout,
+        k,
+        a: col,
+        lda: k,
+        trans_a: Transpose::No,
+        b: w,
+        ldb: cout,
+        trans_b: Transpose::No,
+        c: y,
+        ldc: cout,
+        alpha: 1.0,
+        beta: 0.0,
+    }
+}
+
+/// dcol := dy × Wᵀ.
+pub fn backward_data(
+    p: &Conv2dParams,
+    rows: usize,
+    dy: DevicePtr,
+    w: DevicePtr,
+    dcol: DevicePtr,
+) -> Gemm {
+    let (k, cout) = (depth(p), p.out_c);
+    Gemm {
+        m: rows,
+        n: k,
+        k: cout,
+        a: dy,
+        lda: cout,
+        trans_a: Transpose::No,
+        b: w,
+        ldb: cout,
+        trans_b: Transpose::Yes,
+        c: dcol,
+        ldc: k,
+        alpha: 1.0,
+        beta: 0.0,
+    }
+}
+
+/// dW := colᵀ × dy, or dW += colᵀ × dy when `accumulate` (the chunks after the first).
+pub fn backward_filter(
+    p: &Conv2dParams,
+    rows: usize,
+    col: DevicePtr,
+    dy: DevicePtr,
+    dw: DevicePtr,
+    accumulate: bool,
+) -> Gemm {
+    let (k, cout) = (depth(p), p.out_c);
+    Gemm {
+        m: k,
+        n: cout,
+        k: rows,
+        a: col,
+        lda: k,
+        trans_a: Transpose::Yes,
+        b: dy,
+        ldb: cout,
+        trans_b: Transpose::No,
+        c: dw,
+        ldc: cout,
+        alpha: 1.0,
+        beta: if accumulate { 1.0 } else { 0.0 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conv() -> Conv2dParams {
+        Conv2dParams {
+            batch: 2,
+            in_h: 9,
+            in_w: 7,
+            in_c: 5,
+            out_c: 6,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride: 1,
+            padding: 1,
+        }
+    }
+
+    #[test]
+    fn each_pass_has_consistent_shapes_and_leading_dimensions() {
+        let p = conv();
+        let rows = p.batch * p.out_h() * p.out_w();
+        let (a, b, c) = (DevicePtr(1), DevicePtr(2), DevicePtr(3));
+        for g in [
+            forward(&p, rows, a, b, c),
+            backward_data(&p, rows, a, b, c),
+            backward_filter(&p, rows, a, b, c, false),
+        ] {
+            g.validate().unwrap();
+        }
+        let f = forward(&p, rows, a, b, c);
+        assert_eq!((f.m, f.n, f.k), (rows, 6, 45));
+        let d = backward_data(&p, rows, a, b, c);
+        assert_eq!((d.m, d.n, d.k, d.trans_b), (rows, 45, 6, Transpose::Yes));
+        let w = backward_filter(&p, rows, a, b, c, false);
+        assert_eq!((w.m, w.n, w.k, w.trans_a), (45, 6, rows, Transpose::Yes));
+        assert_eq!(w.beta, 0.0);
+        assert_eq!(backward_filter(&p, rows, a, b, c, true).beta, 1.0);
+    }
+}
