@@ -16,6 +16,7 @@ pub mod mllog;
 pub mod model;
 pub mod optim;
 pub mod parallel;
+pub mod precision;
 pub mod recipe;
 pub mod rng;
 pub mod schedule;
@@ -27,6 +28,7 @@ pub use backend::{
     Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved, Conv2dParams,
     CrossEntropyParams, DType, GlobalPoolParams, LinearParams, PoolParams,
 };
+pub use precision::Precision;
 pub use tensor::Tensor;
 
 /// What can go wrong at the engine's API: every case is bad input or a device failure,

@@ -14,6 +14,7 @@
 pub mod cpu;
 pub mod crosscheck;
 pub mod gpu;
+pub mod half_storage;
 mod params;
 pub mod select;
 
