@@ -141,7 +141,7 @@ fn separate_gradients(shard: &Batch) -> (Vec<Vec<f32>>, f32) {
     let b = CpuBackend::new();
     let mut m = model(&b);
     let on_device = DeviceBatch::upload(&b, shard).unwrap();
-    let loss = match compute_gradients(&b, &mut m, &xent(), &on_device, &never).unwrap() {
+    let loss = match compute_gradients(&b, &mut m, &xent(), &on_device, 1.0, &never).unwrap() {
         GradientOutcome::Computed(r) => r.loss,
         _ => panic!("the tiny model's loss is finite"),
     };
@@ -165,7 +165,7 @@ fn two_replicas_hold_the_mean_gradient_and_step_to_identical_weights() {
     };
 
     let mut dp = cpu_dp(2);
-    let outcome = dp.train_step(&batch, LR, &never).unwrap();
+    let outcome = dp.train_step(&batch, LR, 1.0, &never).unwrap();
     let StepOutcome::Updated(result) = outcome else {
         panic!("the step should update");
     };
@@ -209,7 +209,7 @@ fn two_replicas_hold_the_mean_gradient_and_step_to_identical_weights() {
     );
 
     // A second step keeps the replicas in lockstep (momentum included).
-    dp.train_step(&host_batch(8, 2), LR, &never).unwrap();
+    dp.train_step(&host_batch(8, 2), LR, 1.0, &never).unwrap();
     let reps = dp.replicas_mut();
     let (a, rest) = reps.split_first_mut().unwrap();
     let b = &mut rest[0];
@@ -235,10 +235,11 @@ fn one_replica_equals_the_plain_train_step_bit_for_bit() {
             &xent(),
             &on_device,
             LR,
+            1.0,
             &never,
         )
         .unwrap();
-        let got = dp.train_step(&batch, LR, &never).unwrap();
+        let got = dp.train_step(&batch, LR, 1.0, &never).unwrap();
         let (StepOutcome::Updated(want), StepOutcome::Updated(got)) = (want, got) else {
             panic!("both steps should update");
         };
@@ -276,7 +277,7 @@ fn a_shard_of_padding_only_contributes_nothing() {
     let (g1, loss1) = separate_gradients(&shards[1]);
 
     let mut dp = cpu_dp(2);
-    let StepOutcome::Updated(result) = dp.train_step(&batch, LR, &never).unwrap() else {
+    let StepOutcome::Updated(result) = dp.train_step(&batch, LR, 1.0, &never).unwrap() else {
         panic!("the step should update");
     };
     assert_eq!(result.valid, 4);
@@ -291,7 +292,9 @@ fn a_shard_of_padding_only_contributes_nothing() {
 #[test]
 fn a_batch_that_does_not_split_evenly_is_an_error_naming_the_sizes() {
     let mut dp = cpu_dp(2);
-    let err = dp.train_step(&host_batch(7, 1), LR, &never).unwrap_err();
+    let err = dp
+        .train_step(&host_batch(7, 1), LR, 1.0, &never)
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -304,7 +307,7 @@ fn a_batch_that_does_not_split_evenly_is_an_error_naming_the_sizes() {
     );
     assert!(err.to_string().contains("7") && err.to_string().contains("2 replicas"));
     // Nothing ran: the group still steps.
-    assert!(dp.train_step(&host_batch(8, 1), LR, &never).is_ok());
+    assert!(dp.train_step(&host_batch(8, 1), LR, 1.0, &never).is_ok());
 }
 
 #[test]
@@ -318,7 +321,9 @@ fn a_cancel_on_any_replica_cancels_the_step_on_all() {
     let asked = AtomicUsize::new(0);
     // Only the first replica to ask sees the cancel.
     let cancel_once = || asked.fetch_add(1, Ordering::SeqCst) == 0;
-    let outcome = dp.train_step(&host_batch(6, 4), LR, &cancel_once).unwrap();
+    let outcome = dp
+        .train_step(&host_batch(6, 4), LR, 1.0, &cancel_once)
+        .unwrap();
     assert!(matches!(outcome, StepOutcome::Cancelled));
     for (r, rep) in dp.replicas_mut().iter_mut().enumerate() {
         assert_eq!(bits(&weights(&rep.backend, &mut rep.model)), before[r]);
@@ -557,7 +562,9 @@ fn dp_with_fault_on_rank_1(fault: Fault) -> DataParallel<CpuWithFault, ResNet<Cp
 fn assert_fails_naming_replica_1(fault: Fault, expect: &str) {
     let mut dp = dp_with_fault_on_rank_1(fault);
     let started = Instant::now();
-    let err = dp.train_step(&host_batch(6, 5), LR, &never).unwrap_err();
+    let err = dp
+        .train_step(&host_batch(6, 5), LR, 1.0, &never)
+        .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(30));
     assert_eq!(err.replica(), Some(1), "{err}");
     let text = err.to_string();
@@ -566,7 +573,9 @@ fn assert_fails_naming_replica_1(fault: Fault, expect: &str) {
 
     // The group is aborted: the next step fails at once, still naming replica 1.
     let started = Instant::now();
-    let err = dp.train_step(&host_batch(6, 6), LR, &never).unwrap_err();
+    let err = dp
+        .train_step(&host_batch(6, 6), LR, 1.0, &never)
+        .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(30));
     assert!(err.to_string().contains("replica 1"), "{err}");
 }

@@ -388,3 +388,55 @@ fn default_recipe_logs_what_the_tinybox_submission_logged() {
         .mllog_config(1_281_167, 50_000, 256);
     assert!(!off_grid.closed_division_violations().is_empty());
 }
+
+#[test]
+fn precision_options_choose_the_storage_and_the_fp16_loss_scaling() {
+    use tinyperf::engine::train::LossScaling;
+    use tinyperf::engine::Precision;
+    let reference = Recipe::mlperf();
+    assert_eq!(reference.precision, Precision::Fp32);
+    assert_eq!(reference.loss_scaling(), LossScaling::None);
+
+    let fp16 = reference
+        .with_options(&options(json!({"precision": "fp16"})))
+        .unwrap();
+    assert_eq!(fp16.precision, Precision::Fp16);
+    // The v4.0 reference's static scale.
+    assert_eq!(fp16.loss_scaling(), LossScaling::Static(128.0));
+    let dynamic = reference
+        .with_options(&options(
+            json!({"precision": "fp16", "loss_scale": 65536, "dynamic_loss_scale": 1}),
+        ))
+        .unwrap();
+    assert_eq!(
+        dynamic.loss_scaling(),
+        LossScaling::Dynamic {
+            initial: 65536.0,
+            growth_interval: 2000
+        }
+    );
+    // bf16 has f32's exponent range: no scaling, whatever the scale option says.
+    let bf16 = reference
+        .with_options(&options(json!({"precision": "bf16", "loss_scale": 1024})))
+        .unwrap();
+    assert_eq!(bf16.loss_scaling(), LossScaling::None);
+
+    for (bad, says) in [
+        (json!({"precision": "fp8"}), "fp32, fp16, bf16"),
+        (json!({"precision": 16}), "fp32, fp16, bf16"),
+        (json!({"loss_scale": 0.5}), "loss_scale"),
+        (json!({"loss_scale": 1e9}), "loss_scale"),
+        (json!({"dynamic_loss_scale": 2}), "dynamic_loss_scale"),
+    ] {
+        let err = reference.with_options(&options(bad.clone())).unwrap_err();
+        assert!(err.to_string().contains(says), "{bad}: {err}");
+    }
+    // A stored recipe from before these fields reads with their defaults.
+    let mut stored = serde_json::to_value(&reference).unwrap();
+    for key in ["precision", "loss_scale", "dynamic_loss_scale"] {
+        stored.as_object_mut().unwrap().remove(key);
+    }
+    let read: Recipe = serde_json::from_value(stored).unwrap();
+    assert_eq!(read, reference);
+    assert!(OPTION_KEYS.iter().any(|(k, _)| *k == "precision"));
+}

@@ -8,39 +8,42 @@ use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
+use tinyperf::engine::backend::half_storage::HalfStorageCpu;
 use tinyperf::engine::data::{write_synth_dataset, Dataset, Loader, LoaderConfig, SynthSpec};
 use tinyperf::engine::layers::{BatchNorm2d, Conv2d, GlobalAvgPool, Linear, ParamKind, Relu};
 use tinyperf::engine::mllog::{drop_page_cache, Division, MlLog, Submission};
 use tinyperf::engine::model::{Model, NamedParam};
 use tinyperf::engine::optim::{step_param, LarsConfig};
 use tinyperf::engine::recipe::Recipe;
+use tinyperf::engine::train::loss_scale::OVERFLOW_PATIENCE;
 use tinyperf::engine::train::{
     measure_train_throughput, train, DeviceOptimizer, EpochReport, StepReport, StopReason,
-    TrainData, TrainObserver,
+    TrainData, TrainObserver, UpdateOutcome,
 };
+use tinyperf::engine::Precision;
 use tinyperf::engine::{init, Backend, CpuBackend, Result, Tensor};
 
 /// conv 3×3 stride 2 → BN → ReLU → conv 3×3 stride 2 → BN → ReLU → global pool → FC.
-struct TinyNet {
-    conv1: Conv2d<CpuBackend>,
-    bn1: BatchNorm2d<CpuBackend>,
-    conv2: Conv2d<CpuBackend>,
-    bn2: BatchNorm2d<CpuBackend>,
-    fc: Linear<CpuBackend>,
-    saved: Option<Saved>,
+struct TinyNet<B: Backend> {
+    conv1: Conv2d<B>,
+    bn1: BatchNorm2d<B>,
+    conv2: Conv2d<B>,
+    bn2: BatchNorm2d<B>,
+    fc: Linear<B>,
+    saved: Option<Saved<B>>,
 }
 
-struct Saved {
-    x: Tensor<CpuBackend>,
-    c1: Tensor<CpuBackend>,
-    r1: Tensor<CpuBackend>,
-    c2: Tensor<CpuBackend>,
-    r2: Tensor<CpuBackend>,
-    pooled: Tensor<CpuBackend>,
+struct Saved<B: Backend> {
+    x: Tensor<B>,
+    c1: Tensor<B>,
+    r1: Tensor<B>,
+    c2: Tensor<B>,
+    r2: Tensor<B>,
+    pooled: Tensor<B>,
 }
 
-impl TinyNet {
-    fn new(b: &CpuBackend, classes: usize, seed: u64) -> TinyNet {
+impl<B: Backend> TinyNet<B> {
+    fn new(b: &B, classes: usize, seed: u64) -> TinyNet<B> {
         let width = 16;
         let mut conv1 = Conv2d::new(b, 3, width, 3, 2, 1).unwrap();
         conv1
@@ -69,17 +72,12 @@ impl TinyNet {
     }
 }
 
-impl Model<CpuBackend> for TinyNet {
+impl<B: Backend> Model<B> for TinyNet<B> {
     fn classes(&self) -> usize {
         self.fc.out_features
     }
 
-    fn forward(
-        &mut self,
-        b: &CpuBackend,
-        x: &Tensor<CpuBackend>,
-        training: bool,
-    ) -> Result<Tensor<CpuBackend>> {
+    fn forward(&mut self, b: &B, x: &Tensor<B>, training: bool) -> Result<Tensor<B>> {
         self.bn1.training = training;
         self.bn2.training = training;
         let c1 = self.conv1.forward(b, x)?;
@@ -103,7 +101,7 @@ impl Model<CpuBackend> for TinyNet {
         Ok(logits)
     }
 
-    fn backward(&mut self, b: &CpuBackend, dlogits: &Tensor<CpuBackend>) -> Result<()> {
+    fn backward(&mut self, b: &B, dlogits: &Tensor<B>) -> Result<()> {
         let s = self
             .saved
             .take()
@@ -119,12 +117,12 @@ impl Model<CpuBackend> for TinyNet {
         Ok(())
     }
 
-    fn parameters(&mut self) -> Vec<NamedParam<'_, CpuBackend>> {
+    fn parameters(&mut self) -> Vec<NamedParam<'_, B>> {
         let mut out = Vec::new();
-        fn named<'a>(
+        fn named<'a, B: Backend>(
             prefix: &str,
-            ps: Vec<tinyperf::engine::layers::ParamMut<'a, CpuBackend>>,
-        ) -> Vec<NamedParam<'a, CpuBackend>> {
+            ps: Vec<tinyperf::engine::layers::ParamMut<'a, B>>,
+        ) -> Vec<NamedParam<'a, B>> {
             ps.into_iter()
                 .enumerate()
                 .map(|(i, param)| NamedParam {
@@ -324,7 +322,8 @@ fn the_device_optimizer_matches_the_host_lars_and_sgd_reference() {
             step_param(kind, &mut w, &g, momentum, 0.5, &config).unwrap();
             expected.push(w);
         }
-        optimizer.step(&backend, &mut params, 0.5).unwrap();
+        let outcome = optimizer.step(&backend, &mut params, 0.5, 1.0).unwrap();
+        assert_eq!(outcome, UpdateOutcome::Applied);
         for (p, want) in params.iter().zip(&expected) {
             let mut got = vec![0.0; want.len()];
             backend.download(p.param.value, &mut got).unwrap();
@@ -378,10 +377,25 @@ fn a_diverging_run_stops_at_the_first_non_finite_loss_and_logs_aborted() {
         &mut observer,
     );
     drop(log);
-    let StopReason::NonFiniteLoss { epoch, step, loss } = summary.reason.clone() else {
-        panic!("{summary:?}");
+    // Either the loss itself stops being finite, or the gradients do first, and the
+    // steps are skipped until the patience runs out.
+    let (epoch, step) = match summary.reason.clone() {
+        StopReason::NonFiniteLoss { epoch, step, loss } => {
+            assert!(!loss.is_finite());
+            (epoch, step)
+        }
+        StopReason::GradientsOverflowed {
+            epoch,
+            step,
+            consecutive,
+            scale,
+        } => {
+            assert_eq!((consecutive, scale), (OVERFLOW_PATIENCE, 1.0));
+            assert_eq!(summary.skipped_steps, u64::from(OVERFLOW_PATIENCE));
+            (epoch, step)
+        }
+        _ => panic!("{summary:?}"),
     };
-    assert!(!loss.is_finite());
     assert!(epoch >= 1 && step >= 1);
     assert!(summary.reason.describe(0.9).contains("diverged"));
     // Every step before the bad one was reported, and nothing after it.
@@ -549,4 +563,200 @@ fn throughput_times_the_requested_steps_after_warm_up() {
     )
     .unwrap();
     assert!(cancelled.is_none());
+}
+
+fn host_values<B: Backend>(backend: &B, model: &mut TinyNet<B>) -> Vec<Vec<f32>> {
+    model
+        .parameters()
+        .iter()
+        .map(|p| {
+            let mut v = vec![0.0; backend.buffer_len(p.param.value)];
+            backend.download(p.param.value, &mut v).unwrap();
+            v
+        })
+        .collect()
+}
+
+/// Forward and backward of `model` on a fixed batch, with `dlogits` multiplied by `scale`.
+fn backward_scaled<B: Backend>(backend: &B, model: &mut TinyNet<B>, scale: f32) {
+    let x: Vec<f32> = (0..4 * 8 * 8 * 3)
+        .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    let x = Tensor::from_host(backend, &[4, 8, 8, 3], &x).unwrap();
+    let logits = model.forward(backend, &x, true).unwrap();
+    drop(logits);
+    let dlogits: Vec<f32> = (0..12).map(|i| (i as f32 - 5.5) * 0.01 * scale).collect();
+    let dlogits = Tensor::from_host(backend, &[4, 3], &dlogits).unwrap();
+    model.backward(backend, &dlogits).unwrap();
+}
+
+fn lars() -> LarsConfig {
+    LarsConfig {
+        momentum: 0.9,
+        weight_decay: 2e-4,
+        trust_coefficient: 0.001,
+        epsilon: 0.0,
+    }
+}
+
+#[test]
+fn a_step_on_loss_scaled_gradients_matches_the_unscaled_step() {
+    let backend = CpuBackend::new();
+    let mut plain = TinyNet::new(&backend, 3, 7);
+    let mut scaled = TinyNet::new(&backend, 3, 7);
+    assert_eq!(
+        host_values(&backend, &mut plain),
+        host_values(&backend, &mut scaled)
+    );
+    let (mut opt_plain, mut opt_scaled) =
+        (DeviceOptimizer::new(lars()), DeviceOptimizer::new(lars()));
+    let scale = 1024.0;
+    for _ in 0..2 {
+        backward_scaled(&backend, &mut plain, 1.0);
+        backward_scaled(&backend, &mut scaled, scale);
+        let a = opt_plain
+            .step(&backend, &mut plain.parameters(), 0.5, 1.0)
+            .unwrap();
+        let b = opt_scaled
+            .step(&backend, &mut scaled.parameters(), 0.5, scale)
+            .unwrap();
+        assert_eq!((a, b), (UpdateOutcome::Applied, UpdateOutcome::Applied));
+    }
+    let before = TinyNet::new(&backend, 3, 7);
+    let mut before = before;
+    let initial = host_values(&backend, &mut before);
+    let (want, got) = (
+        host_values(&backend, &mut plain),
+        host_values(&backend, &mut scaled),
+    );
+    for ((w, g), init) in want.iter().zip(&got).zip(&initial) {
+        assert_ne!(w, init, "every parameter moved");
+        for (a, b) in w.iter().zip(g) {
+            assert!((a - b).abs() <= 1e-6 * (1.0 + a.abs()), "{a} vs {b}");
+        }
+    }
+    assert_eq!(
+        opt_plain.last_trust_ratios(),
+        opt_scaled.last_trust_ratios()
+    );
+}
+
+#[test]
+fn a_step_with_an_overflowed_gradient_leaves_weights_and_momentum_alone() {
+    let backend = CpuBackend::new();
+    let mut model = TinyNet::new(&backend, 3, 8);
+    let mut reference = TinyNet::new(&backend, 3, 8);
+    let mut optimizer = DeviceOptimizer::new(lars());
+    let mut fresh = DeviceOptimizer::new(lars());
+    let initial = host_values(&backend, &mut model);
+
+    backward_scaled(&backend, &mut model, 1.0);
+    {
+        // One infinity in a skip-list gradient (the last batch-norm's β) is enough.
+        let mut params = model.parameters();
+        let beta = params
+            .iter_mut()
+            .rev()
+            .find(|p| p.name.starts_with("bn2"))
+            .unwrap();
+        backend.fill(beta.param.grad, f32::INFINITY).unwrap();
+        let outcome = optimizer.step(&backend, &mut params, 0.5, 1.0).unwrap();
+        assert_eq!(outcome, UpdateOutcome::NonFiniteGradients);
+    }
+    assert_eq!(host_values(&backend, &mut model), initial);
+
+    // The momentum was not touched either: the next good step is a first step.
+    backward_scaled(&backend, &mut model, 1.0);
+    backward_scaled(&backend, &mut reference, 1.0);
+    let a = optimizer
+        .step(&backend, &mut model.parameters(), 0.5, 1.0)
+        .unwrap();
+    let b = fresh
+        .step(&backend, &mut reference.parameters(), 0.5, 1.0)
+        .unwrap();
+    assert_eq!((a, b), (UpdateOutcome::Applied, UpdateOutcome::Applied));
+    assert_eq!(
+        host_values(&backend, &mut model),
+        host_values(&backend, &mut reference)
+    );
+}
+
+#[test]
+fn fp16_training_backs_off_an_overflowing_loss_scale_and_still_learns() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("synth");
+    write_synth_dataset(&root, &spec(2, 40, 11)).unwrap();
+    let recipe = Recipe {
+        precision: Precision::Fp16,
+        // Far beyond fp16's range for these gradients: the first steps overflow.
+        loss_scale: 16_777_216.0,
+        dynamic_loss_scale: true,
+        ..small_recipe(16, 12)
+    };
+    let (_, data) = data(&root, &recipe, 24);
+    let backend = HalfStorageCpu::new(CpuBackend::new(), Precision::Fp16).unwrap();
+    let mut model = TinyNet::new(&backend, 2, 1);
+    let log_path = dir.path().join("mllog.txt");
+    let mut log = open_mllog(&log_path, &recipe, 80, 22);
+    let mut observer = Recorder::default();
+    let summary = train(
+        &backend,
+        &mut model,
+        &recipe,
+        &data,
+        Some(&mut log),
+        &mut observer,
+    );
+    assert_eq!(summary.reason, StopReason::TargetReached, "{summary:?}");
+    assert!(summary.skipped_steps >= 1, "{summary:?}");
+    assert!(summary.skipped_steps < summary.steps, "{summary:?}");
+    assert!(summary.loss_scale < 16_777_216.0, "{summary:?}");
+    assert!(summary.loss_scale >= 1.0);
+    assert!(observer.steps.iter().all(|s| s.loss.is_finite()));
+}
+
+#[test]
+fn a_static_loss_scale_that_always_overflows_stops_the_run_and_logs_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("synth");
+    write_synth_dataset(&root, &spec(2, 16, 2)).unwrap();
+    let recipe = Recipe {
+        precision: Precision::Fp16,
+        // Past f32's range too once multiplied through: every step overflows.
+        loss_scale: 1e30,
+        ..small_recipe(8, 5)
+    };
+    let (_, data) = data(&root, &recipe, 24);
+    let backend = HalfStorageCpu::new(CpuBackend::new(), Precision::Fp16).unwrap();
+    let mut model = TinyNet::new(&backend, 2, 3);
+    let initial = host_values(&backend, &mut model);
+    let log_path = dir.path().join("mllog.txt");
+    let mut log = open_mllog(&log_path, &recipe, 32, 4);
+    let mut observer = Recorder::default();
+    let summary = train(
+        &backend,
+        &mut model,
+        &recipe,
+        &data,
+        Some(&mut log),
+        &mut observer,
+    );
+    drop(log);
+    let StopReason::GradientsOverflowed {
+        consecutive, scale, ..
+    } = summary.reason.clone()
+    else {
+        panic!("{summary:?}");
+    };
+    assert_eq!(consecutive, OVERFLOW_PATIENCE);
+    assert_eq!(scale, 1e30);
+    assert_eq!(summary.skipped_steps, u64::from(OVERFLOW_PATIENCE));
+    assert!(summary.reason.describe(0.9).contains("at loss scale"));
+    // Every step was skipped, so the weights are the initial ones.
+    assert_eq!(host_values(&backend, &mut model), initial);
+    let keys = mllog_keys(&log_path);
+    assert_eq!(
+        keys.last().unwrap(),
+        &("run_stop".to_string(), "aborted".to_string())
+    );
 }

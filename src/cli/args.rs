@@ -188,6 +188,10 @@ pub struct RunArgs {
     /// option). A GPU backend the machine cannot run stops the run with the reason.
     #[arg(long, value_name = "BACKEND")]
     pub backend: Option<String>,
+    /// Activation storage of training: `fp32`, or `fp16`/`bf16` mixed precision (the
+    /// `precision` option).
+    #[arg(long, value_name = "PRECISION")]
+    pub precision: Option<String>,
     /// Stop training at this top-1 accuracy (the `target_accuracy` option).
     #[arg(long, value_name = "FRACTION")]
     pub target_accuracy: Option<f64>,

@@ -9,7 +9,9 @@ use serde_json::{Map, Value};
 
 use super::mllog::RunConfig;
 use super::optim::LarsConfig;
+use super::precision::Precision;
 use super::schedule::{PolynomialDecayWithWarmup, ScheduleError};
+use super::train::loss_scale::{LossScaling, DEFAULT_GROWTH_INTERVAL, MAX_LOSS_SCALE};
 
 /// The weight decay is `WEIGHT_DECAY_UNIT · 2^N`; MLPerf rules fix the form, N is free.
 pub const WEIGHT_DECAY_UNIT: f64 = 1e-4;
@@ -58,6 +60,18 @@ pub const OPTION_KEYS: &[(&str, &str)] = &[
     ),
     ("target_accuracy", "top-1 accuracy at which the run stops"),
     ("seed", "seed of weight init, shuffling and augmentation"),
+    (
+        "precision",
+        "activation storage: fp32, or fp16/bf16 mixed precision (f32 master weights)",
+    ),
+    (
+        "loss_scale",
+        "fp16 loss scale: the fixed factor, or the starting one with dynamic_loss_scale",
+    ),
+    (
+        "dynamic_loss_scale",
+        "1 to halve the fp16 loss scale on overflow and double it after 2000 clean steps",
+    ),
 ];
 
 /// A recipe option that cannot be used.
@@ -73,6 +87,12 @@ pub enum RecipeError {
         value: f64,
         range: String,
         help: String,
+    },
+    #[error("option {key} must be one of {choices}, got {value}")]
+    NotAChoice {
+        key: String,
+        value: String,
+        choices: String,
     },
     #[error("{0}")]
     Inconsistent(String),
@@ -105,6 +125,24 @@ pub struct Recipe {
     pub eval_every_epoch_from: u32,
     pub target_accuracy: f64,
     pub seed: u64,
+    /// How activations are stored. The reference trains in fp16; f32 is the default here
+    /// because the GPU backends store activations in f32 (16-bit storage runs on the
+    /// CPU backend, as the numerical reference).
+    #[serde(default)]
+    pub precision: Precision,
+    /// The fp16 loss scale (128 in the v4.0 reference).
+    #[serde(default = "reference_loss_scale")]
+    pub loss_scale: f64,
+    /// Whether the fp16 loss scale adapts to overflows instead of staying fixed.
+    #[serde(default)]
+    pub dynamic_loss_scale: bool,
+}
+
+/// The static loss scale of the v4.0 reference's fp16 runs.
+pub const REFERENCE_LOSS_SCALE: f64 = 128.0;
+
+fn reference_loss_scale() -> f64 {
+    REFERENCE_LOSS_SCALE
 }
 
 impl Default for Recipe {
@@ -139,6 +177,9 @@ impl Recipe {
             eval_every_epoch_from: 33,
             target_accuracy: 0.759,
             seed: 0,
+            precision: Precision::Fp32,
+            loss_scale: REFERENCE_LOSS_SCALE,
+            dynamic_loss_scale: false,
         }
     }
 
@@ -248,6 +289,19 @@ impl Recipe {
         if let Some(seed) = opts.seed("seed")? {
             r.seed = seed;
         }
+        if let Some(precision) = opts.precision("precision")? {
+            r.precision = precision;
+        }
+        if let Some(v) = opts.real(
+            "loss_scale",
+            Bound::Closed(1.0),
+            Bound::Closed(f64::from(MAX_LOSS_SCALE)),
+        )? {
+            r.loss_scale = v;
+        }
+        if let Some(v) = opts.whole("dynamic_loss_scale", 0.0, 1.0)? {
+            r.dynamic_loss_scale = v == 1.0;
+        }
         r.validate()?;
         Ok(r)
     }
@@ -294,6 +348,22 @@ impl Recipe {
             ));
         }
         Ok(())
+    }
+
+    /// How the loss is scaled: only fp16 needs it (bf16 has f32's exponent range).
+    pub fn loss_scaling(&self) -> LossScaling {
+        if !self.precision.needs_loss_scaling() {
+            return LossScaling::None;
+        }
+        let scale = self.loss_scale as f32;
+        if self.dynamic_loss_scale {
+            LossScaling::Dynamic {
+                initial: scale,
+                growth_interval: DEFAULT_GROWTH_INTERVAL,
+            }
+        } else {
+            LossScaling::Static(scale)
+        }
     }
 
     /// `weight_decay_base · 2^weight_decay_exponent` (2e-4 in the reference).
@@ -434,6 +504,19 @@ impl Options<'_> {
     }
 
     /// A seed: any u64, which JSON integers carry exactly (a float would round).
+    fn precision(&self, key: &str) -> Result<Option<Precision>, RecipeError> {
+        let Some(value) = self.0.get(key) else {
+            return Ok(None);
+        };
+        let not_a_choice = || RecipeError::NotAChoice {
+            key: key.to_string(),
+            value: value.to_string(),
+            choices: Precision::NAMES.join(", "),
+        };
+        let name = value.as_str().ok_or_else(not_a_choice)?;
+        name.parse().map(Some).map_err(|_| not_a_choice())
+    }
+
     fn seed(&self, key: &str) -> Result<Option<u64>, RecipeError> {
         let Some(value) = self.0.get(key) else {
             return Ok(None);

@@ -264,6 +264,9 @@ fn collect_options(args: &RunArgs) -> Result<Map<String, Value>, UsageError> {
     if let Some(backend) = &args.backend {
         map.insert(options::BACKEND.key.into(), Value::String(backend.clone()));
     }
+    if let Some(precision) = &args.precision {
+        map.insert("precision".into(), Value::String(precision.clone()));
+    }
     Ok(map)
 }
 

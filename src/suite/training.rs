@@ -12,11 +12,13 @@ use super::gpu_devices::GpuChoice;
 use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use super::system_desc::{submission_platform, system_description, SoftwareStack};
+use crate::engine::backend::half_storage::HalfStorageCpu;
 use crate::engine::data::{Dataset, Loader, LoaderConfig};
 use crate::engine::mllog::{drop_page_cache, Division, MlLog, MlLogError, Submission};
 use crate::engine::model::resnet::ResNet;
 use crate::engine::parallel::{gpu_all_reduce, AllReduce, DataParallel};
 use crate::engine::recipe::{Recipe, RecipeError};
+use crate::engine::train::LossScaling;
 use crate::engine::train::{
     data_parallel_for, train, train_data_parallel, EpochReport, ModelChoice, StepReport,
     StopReason, TrainData, TrainObserver, TrainSummary,
@@ -114,8 +116,38 @@ pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
         division,
         mllog_path: &mllog_path,
     };
-    let summary = match super::gpu_devices::open(ctx.options) {
+    let precision = job.recipe.precision;
+    let devices = match super::gpu_devices::open(ctx.options) {
         Err(message) => return report.finish_as(Verdict::Error, Some(message)),
+        Ok(GpuChoice::Gpus { backends, .. }) if precision.is_reduced() => {
+            return report.finish_as(
+                Verdict::Error,
+                Some(format!(
+                    "{precision} training is not implemented on the {} backend: its kernels \
+                     store activations in f32 (run with precision=fp32, or on the CPU \
+                     backend, which emulates {precision} storage)",
+                    backends.first().map_or("GPU".into(), |b| b.name())
+                )),
+            );
+        }
+        other => other,
+    };
+    let summary = match devices {
+        Err(message) => return report.finish_as(Verdict::Error, Some(message)),
+        Ok(GpuChoice::Cpu { .. }) if precision.is_reduced() => {
+            let backend = match HalfStorageCpu::new(CpuBackend::new(), precision) {
+                Ok(b) => b,
+                Err(e) => return report.finish_as(Verdict::Error, Some(e.to_string())),
+            };
+            report.findings.push(format!(
+                "{precision} mixed precision on the CPU: activations, activation gradients \
+                 and convolution operands rounded to {precision}, master weights, batch-norm \
+                 statistics, logits and loss f32; {}. This is the numerical reference, \
+                 slower than f32 training",
+                describe_loss_scaling(job.recipe.loss_scaling())
+            ));
+            run.on(Devices::One(backend), ctx)
+        }
         Ok(GpuChoice::Cpu { .. }) => run.on(Devices::One(CpuBackend::new()), ctx),
         Ok(GpuChoice::Gpus { backends, .. }) if backends.len() > 1 => {
             let (collective, chosen) = gpu_all_reduce(&backends);
@@ -147,6 +179,16 @@ pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
         report.metric("best_accuracy", a, "fraction");
     }
     report.metric("img_per_s", summary.train_images_per_s, "img/s");
+    if job.recipe.precision.needs_loss_scaling() {
+        report.metric("skipped_steps", summary.skipped_steps as f64, "steps");
+        report.metric("final_loss_scale", f64::from(summary.loss_scale), "factor");
+    }
+    if summary.skipped_steps > 0 {
+        report.findings.push(format!(
+            "{} step(s) skipped because their gradients overflowed; the loss scale ended at {}",
+            summary.skipped_steps, summary.loss_scale
+        ));
+    }
     report.metric("run_seconds", summary.run_seconds, "s");
     report.metric(
         "unreadable_images",
@@ -189,7 +231,9 @@ pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
     };
     match summary.reason {
         StopReason::TargetReached | StopReason::EpochsExhausted => report.finish(Some(message)),
-        StopReason::NonFiniteLoss { .. } => report.finish_as(Verdict::Fail, Some(message)),
+        StopReason::NonFiniteLoss { .. } | StopReason::GradientsOverflowed { .. } => {
+            report.finish_as(Verdict::Fail, Some(message))
+        }
         StopReason::Cancelled => report.finish_as(
             Verdict::Skip,
             Some(format!(
@@ -198,6 +242,20 @@ pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
             )),
         ),
         StopReason::Failed(_) => report.finish_as(Verdict::Error, Some(message)),
+    }
+}
+
+fn describe_loss_scaling(scaling: LossScaling) -> String {
+    match scaling {
+        LossScaling::None => "no loss scaling".into(),
+        LossScaling::Static(s) => format!("static loss scale {s}"),
+        LossScaling::Dynamic {
+            initial,
+            growth_interval,
+        } => format!(
+            "dynamic loss scale from {initial}, halved on overflow, doubled after \
+             {growth_interval} clean steps"
+        ),
     }
 }
 

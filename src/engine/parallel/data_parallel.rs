@@ -18,6 +18,7 @@ use crate::engine::layers::SoftmaxCrossEntropy;
 use crate::engine::model::Model;
 use crate::engine::train::{
     compute_gradients, DeviceBatch, DeviceOptimizer, GradientOutcome, StepOutcome, StepResult,
+    UpdateOutcome,
 };
 
 use super::collective::AllReduce;
@@ -50,6 +51,7 @@ const FLAGS: usize = 2;
 enum Decision {
     Updated,
     NonFiniteLoss,
+    NonFiniteGradients,
     Cancelled,
 }
 
@@ -145,11 +147,12 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
         &mut self,
         batch: &Batch,
         lr: f32,
+        loss_scale: f32,
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<StepOutcome, ParallelError> {
         let shards = split_batch(batch, self.replicas.len())?;
         let on_device = self.upload_shards(&shards)?;
-        self.train_step_on_device(&on_device, lr, cancelled)
+        self.train_step_on_device(&on_device, lr, loss_scale, cancelled)
     }
 
     /// A training step where `shards[r]` is already on replica `r`'s device. The result
@@ -160,6 +163,7 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
         &mut self,
         shards: &[DeviceBatch<B>],
         lr: f32,
+        loss_scale: f32,
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<StepOutcome, ParallelError> {
         if shards.len() != self.replicas.len() {
@@ -181,12 +185,21 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
         let loss_fn = &self.loss_fn;
         let steps = run_per_rank(collective, &mut self.replicas, &self.devices, |r, rep| {
             let weight = (shards[r].valid as f64 / valid_total as f64) as f32;
+            let scaling = Scaling { weight, loss_scale };
             replica_step(
-                r, rep, collective, loss_fn, &shards[r], weight, lr, cancelled,
+                r, rep, collective, loss_fn, &shards[r], scaling, lr, cancelled,
             )
         })?;
         Ok(combine(&steps))
     }
+}
+
+/// How a replica's gradients are scaled: by its share of the global batch's valid
+/// samples, and by the loss scale (which the optimizer divides out).
+#[derive(Clone, Copy)]
+struct Scaling {
+    weight: f32,
+    loss_scale: f32,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -196,10 +209,11 @@ fn replica_step<B: Backend, M: Model<B>>(
     collective: &dyn AllReduce<B>,
     loss_fn: &SoftmaxCrossEntropy,
     batch: &DeviceBatch<B>,
-    weight: f32,
+    scaling: Scaling,
     lr: f32,
     cancelled: &(dyn Fn() -> bool + Sync),
 ) -> Result<ReplicaStep, ParallelError> {
+    let Scaling { weight, loss_scale } = scaling;
     let Replica {
         backend,
         model,
@@ -216,7 +230,7 @@ fn replica_step<B: Backend, M: Model<B>>(
             flags[FLAG_CANCELLED] = 1.0;
         }
     } else {
-        match compute_gradients(backend, model, loss_fn, batch, cancelled)? {
+        match compute_gradients(backend, model, loss_fn, batch, loss_scale, cancelled)? {
             GradientOutcome::Computed(r) => result = Some(r),
             GradientOutcome::NonFiniteLoss(r) => {
                 result = Some(r);
@@ -246,8 +260,10 @@ fn replica_step<B: Backend, M: Model<B>>(
     } else if flags[FLAG_NON_FINITE] > 0.0 {
         Decision::NonFiniteLoss
     } else {
-        optimizer.step(backend, &mut params, lr)?;
-        Decision::Updated
+        match optimizer.step(backend, &mut params, lr, loss_scale)? {
+            UpdateOutcome::Applied => Decision::Updated,
+            UpdateOutcome::NonFiniteGradients => Decision::NonFiniteGradients,
+        }
     };
     Ok(ReplicaStep { decision, result })
 }
@@ -276,6 +292,7 @@ fn combine(steps: &[ReplicaStep]) -> StepOutcome {
     match steps.first().map(|s| &s.decision) {
         Some(Decision::Updated) => StepOutcome::Updated(combined),
         Some(Decision::NonFiniteLoss) => StepOutcome::NonFiniteLoss(combined),
+        Some(Decision::NonFiniteGradients) => StepOutcome::NonFiniteGradients(combined),
         Some(Decision::Cancelled) | None => StepOutcome::Cancelled,
     }
 }

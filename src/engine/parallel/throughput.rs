@@ -55,7 +55,7 @@ pub fn measure_data_parallel_throughput<B: Backend, M: Model<B>>(
             return Ok(None);
         }
         let started = Instant::now();
-        if let StepOutcome::Cancelled = dp.train_step_on_device(&shards, lr, cancelled)? {
+        if let StepOutcome::Cancelled = dp.train_step_on_device(&shards, lr, 1.0, cancelled)? {
             return Ok(None);
         }
         let seconds = started.elapsed().as_secs_f64();

@@ -96,6 +96,7 @@ impl<B: Backend, M: Model<B>> StepRunner for Replicas<'_, B, M> {
         &mut self,
         batch: &Batch,
         lr: f32,
+        loss_scale: f32,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<StepOutcome, String> {
         let cancel = AtomicBool::new(false);
@@ -104,7 +105,8 @@ impl<B: Backend, M: Model<B>> StepRunner for Replicas<'_, B, M> {
             let (done, outcome) = mpsc::channel();
             let cancel = &cancel;
             let step = s.spawn(move || {
-                let result = dp.train_step(batch, lr, &|| cancel.load(Ordering::Relaxed));
+                let result =
+                    dp.train_step(batch, lr, loss_scale, &|| cancel.load(Ordering::Relaxed));
                 // The receiver outlives this thread: it is dropped only after the join.
                 let _ = done.send(result);
             });

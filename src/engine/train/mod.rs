@@ -3,6 +3,7 @@
 //! acceptance suite.
 
 pub mod data_parallel;
+pub mod loss_scale;
 pub mod models;
 pub mod optimizer;
 pub mod step;
@@ -10,8 +11,9 @@ pub mod throughput;
 pub mod trainer;
 
 pub use data_parallel::{data_parallel_for, train_data_parallel};
+pub use loss_scale::{LossScaler, LossScaling, OverflowVerdict};
 pub use models::ModelChoice;
-pub use optimizer::DeviceOptimizer;
+pub use optimizer::{DeviceOptimizer, UpdateOutcome};
 pub use step::{
     compute_gradients, eval_step, train_step, DeviceBatch, GradientOutcome, StepOutcome, StepResult,
 };

@@ -1,15 +1,28 @@
 //! The recipe's optimizer applied on the device: LARS on conv and linear weights,
 //! momentum SGD without weight decay on the skip list (batch-norm γ/β, biases).
 //!
-//! Every update is a handful of backend calls (`scale`, `axpy`); the only data that
-//! leaves the device is one buffer holding ‖w‖² and ‖g‖² of every LARS parameter,
-//! gathered with `sum_squares` and downloaded once per step, from which the host
-//! computes the trust ratios with [`lars_trust_ratio`].
+//! Every update is one fused backend call per parameter; the only data that leaves the
+//! device is one buffer holding ‖g‖² of every parameter and ‖w‖² of every LARS parameter,
+//! gathered with `sum_squares` and downloaded once per step. From it the host computes
+//! the trust ratios with [`lars_trust_ratio`] and finds a gradient that overflowed, in
+//! which case no weight is touched.
+//!
+//! Gradients may arrive multiplied by a loss scale; the scale is divided out inside the
+//! update (in the step size and the trust ratio), so no extra pass over them is needed.
 
 use crate::engine::backend::Backend;
 use crate::engine::model::NamedParam;
 use crate::engine::optim::{lars_trust_ratio, LarsConfig};
 use crate::engine::{EngineError, Result};
+
+/// Whether an optimizer step changed the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum UpdateOutcome {
+    Applied,
+    /// A gradient held a NaN or an infinity: every weight and momentum kept its value.
+    NonFiniteGradients,
+}
 
 /// Momentum buffers and the norm buffer of one model's parameters.
 pub struct DeviceOptimizer<B: Backend> {
@@ -37,8 +50,21 @@ impl<B: Backend> DeviceOptimizer<B> {
     }
 
     /// One update of every parameter with learning rate `lr`, from the gradients of the
-    /// last backward. The parameter list must be the same, in the same order, every step.
-    pub fn step(&mut self, backend: &B, params: &mut [NamedParam<'_, B>], lr: f32) -> Result<()> {
+    /// last backward, which hold `grad_scale` times the true gradient. When any gradient
+    /// holds a NaN or an infinity nothing is updated. The parameter list must be the same,
+    /// in the same order, every step.
+    pub fn step(
+        &mut self,
+        backend: &B,
+        params: &mut [NamedParam<'_, B>],
+        lr: f32,
+        grad_scale: f32,
+    ) -> Result<UpdateOutcome> {
+        if !(grad_scale.is_finite() && grad_scale > 0.0) {
+            return Err(invalid(format!(
+                "the gradient scale must be a positive number, got {grad_scale}"
+            )));
+        }
         self.ensure_state(backend, params)?;
         let norms = self
             .norms
@@ -47,10 +73,15 @@ impl<B: Backend> DeviceOptimizer<B> {
         for (i, p) in params.iter().enumerate() {
             if p.param.kind.uses_lars() {
                 backend.sum_squares(p.param.value, norms, 2 * i)?;
-                backend.sum_squares(p.param.grad, norms, 2 * i + 1)?;
             }
+            backend.sum_squares(p.param.grad, norms, 2 * i + 1)?;
         }
         backend.download(norms, &mut self.norms_host)?;
+        let overflowed = (0..params.len()).any(|i| !self.norms_host[2 * i + 1].is_finite());
+        if overflowed {
+            return Ok(UpdateOutcome::NonFiniteGradients);
+        }
+        let unscale = 1.0 / grad_scale;
         let LarsConfig {
             momentum,
             weight_decay,
@@ -61,7 +92,7 @@ impl<B: Backend> DeviceOptimizer<B> {
             let buf = &mut self.momentum[i];
             let (trust, decay) = if p.param.kind.uses_lars() {
                 let w_norm = self.norms_host[2 * i].max(0.0).sqrt();
-                let g_norm = self.norms_host[2 * i + 1].max(0.0).sqrt();
+                let g_norm = self.norms_host[2 * i + 1].max(0.0).sqrt() * unscale;
                 let trust =
                     lars_trust_ratio(w_norm, g_norm, weight_decay, trust_coefficient, epsilon);
                 (trust, weight_decay)
@@ -69,17 +100,18 @@ impl<B: Backend> DeviceOptimizer<B> {
                 (1.0, 0.0)
             };
             self.last_trust[i] = trust;
-            // b = momentum·b + trust·lr·(g + wd·w); w = w − b.
+            // b = momentum·b + trust·lr·(g + wd·w); w = w − b, with g = grad/grad_scale
+            // folded in as step trust·lr/grad_scale and decay wd·grad_scale.
             backend.momentum_update(
                 p.param.value,
                 p.param.grad,
                 buf,
                 momentum,
-                trust * lr,
-                decay,
+                trust * lr * unscale,
+                decay * grad_scale,
             )?;
         }
-        Ok(())
+        Ok(UpdateOutcome::Applied)
     }
 
     fn ensure_state(&mut self, backend: &B, params: &[NamedParam<'_, B>]) -> Result<()> {

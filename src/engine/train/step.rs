@@ -7,7 +7,7 @@ use crate::engine::layers::SoftmaxCrossEntropy;
 use crate::engine::model::Model;
 use crate::engine::{EngineError, Result, Tensor};
 
-use super::optimizer::DeviceOptimizer;
+use super::optimizer::{DeviceOptimizer, UpdateOutcome};
 
 /// A batch on the device: NHWC images and f32 labels, −1 for padding samples.
 pub struct DeviceBatch<B: Backend> {
@@ -71,6 +71,9 @@ pub enum StepOutcome {
     Updated(StepResult),
     /// The loss was NaN or infinite; the weights were left as they were.
     NonFiniteLoss(StepResult),
+    /// The loss was finite but a gradient overflowed (with fp16, a loss scale too
+    /// large); the weights were left as they were.
+    NonFiniteGradients(StepResult),
     /// Cancelled between the forward and the backward pass; nothing was updated.
     Cancelled,
 }
@@ -103,13 +106,14 @@ pub enum GradientOutcome {
 }
 
 /// Forward, loss and backward of a training step, leaving the gradients in the model for
-/// an update (or, across replicas, for an all-reduce first). `cancelled` is asked after
-/// the forward pass.
+/// an update (or, across replicas, for an all-reduce first), multiplied by `loss_scale`.
+/// `cancelled` is asked after the forward pass.
 pub fn compute_gradients<B: Backend, M: Model<B> + ?Sized>(
     backend: &B,
     model: &mut M,
     loss_fn: &SoftmaxCrossEntropy,
     batch: &DeviceBatch<B>,
+    loss_scale: f32,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<GradientOutcome> {
     let logits = model.forward(backend, &batch.images, true)?;
@@ -120,14 +124,19 @@ pub fn compute_gradients<B: Backend, M: Model<B> + ?Sized>(
     if cancelled() {
         return Ok(GradientOutcome::Cancelled);
     }
-    let dlogits = loss_fn.backward(backend, &logits, &batch.labels)?;
+    let mut dlogits = loss_fn.backward(backend, &logits, &batch.labels)?;
     drop(logits);
+    if loss_scale != 1.0 {
+        backend.scale(dlogits.buffer_mut(), loss_scale)?;
+    }
     model.backward(backend, &dlogits)?;
     Ok(GradientOutcome::Computed(result))
 }
 
-/// A training step at learning rate `lr`. `cancelled` is asked after the forward pass,
-/// so a cancel during a long first step takes effect before the backward.
+/// A training step at learning rate `lr`, with the loss gradient multiplied by
+/// `loss_scale` (1 for none). `cancelled` is asked after the forward pass, so a cancel
+/// during a long first step takes effect before the backward.
+#[allow(clippy::too_many_arguments)]
 pub fn train_step<B: Backend, M: Model<B> + ?Sized>(
     backend: &B,
     model: &mut M,
@@ -135,13 +144,18 @@ pub fn train_step<B: Backend, M: Model<B> + ?Sized>(
     loss_fn: &SoftmaxCrossEntropy,
     batch: &DeviceBatch<B>,
     lr: f32,
+    loss_scale: f32,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<StepOutcome> {
-    match compute_gradients(backend, model, loss_fn, batch, cancelled)? {
+    match compute_gradients(backend, model, loss_fn, batch, loss_scale, cancelled)? {
         GradientOutcome::Computed(result) => {
             let mut params = model.parameters();
-            optimizer.step(backend, &mut params, lr)?;
-            Ok(StepOutcome::Updated(result))
+            Ok(
+                match optimizer.step(backend, &mut params, lr, loss_scale)? {
+                    UpdateOutcome::Applied => StepOutcome::Updated(result),
+                    UpdateOutcome::NonFiniteGradients => StepOutcome::NonFiniteGradients(result),
+                },
+            )
         }
         GradientOutcome::NonFiniteLoss(result) => Ok(StepOutcome::NonFiniteLoss(result)),
         GradientOutcome::Cancelled => Ok(StepOutcome::Cancelled),

@@ -103,9 +103,12 @@ pub fn measure_train_throughput<B: Backend, M: Model<B> + ?Sized>(
             &loss_fn,
             &data,
             lr,
+            1.0,
             cancelled,
         )? {
-            StepOutcome::Updated(_) | StepOutcome::NonFiniteLoss(_) => {}
+            StepOutcome::Updated(_)
+            | StepOutcome::NonFiniteLoss(_)
+            | StepOutcome::NonFiniteGradients(_) => {}
             StepOutcome::Cancelled => return Ok(None),
         }
         let seconds = started.elapsed().as_secs_f64();

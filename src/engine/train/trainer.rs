@@ -15,18 +15,21 @@ use crate::engine::model::Model;
 use crate::engine::recipe::Recipe;
 use crate::engine::schedule::PolynomialDecayWithWarmup;
 
+use super::loss_scale::{LossScaler, OverflowVerdict};
 use super::optimizer::DeviceOptimizer;
 use super::step::{eval_step, train_step, DeviceBatch, StepOutcome, StepResult};
 
 /// How the loop runs one batch: on a single device, or split over data-parallel replicas.
 /// Errors come back as the message the run's [`StopReason::Failed`] will carry.
 pub(super) trait StepRunner {
-    /// A training step on `batch` at learning rate `lr`. `cancelled` is asked between the
-    /// forward and the backward pass, so a cancel during a long step updates nothing.
+    /// A training step on `batch` at learning rate `lr`, the loss gradient multiplied by
+    /// `loss_scale`. `cancelled` is asked between the forward and the backward pass, so a
+    /// cancel during a long step updates nothing.
     fn train_step(
         &mut self,
         batch: &Batch,
         lr: f32,
+        loss_scale: f32,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<StepOutcome, String>;
 
@@ -84,6 +87,14 @@ pub enum StopReason {
         step: usize,
         loss: f32,
     },
+    /// The gradients overflowed `consecutive` steps in a row at loss scale `scale`, the
+    /// smallest the run's loss scaling allows.
+    GradientsOverflowed {
+        epoch: u32,
+        step: usize,
+        consecutive: u32,
+        scale: f32,
+    },
     /// An engine, data or log error.
     Failed(String),
 }
@@ -107,6 +118,27 @@ impl StopReason {
                 "the loss became {loss} at epoch {epoch} step {step}: training diverged \
                  (lower the learning rate); the weights of the step before were kept"
             ),
+            StopReason::GradientsOverflowed {
+                epoch,
+                step,
+                consecutive,
+                scale,
+            } => {
+                let (at_scale, or_scale) = if *scale == 1.0 {
+                    (String::new(), "")
+                } else {
+                    (
+                        format!(" at loss scale {scale}"),
+                        ", or the fp16 loss scale",
+                    )
+                };
+                format!(
+                    "the gradients held NaN or infinite values in {consecutive} steps in a \
+                     row, up to epoch {epoch} step {step}{at_scale}: training diverged \
+                     (lower the learning rate{or_scale}); those steps were skipped and the \
+                     weights kept"
+                )
+            }
             StopReason::Failed(message) => message.clone(),
         }
     }
@@ -130,6 +162,10 @@ pub struct TrainSummary {
     pub unreadable_files: usize,
     /// Line-level MLLOG failures (the run goes on without the log).
     pub mllog_errors: Vec<String>,
+    /// Steps whose gradients overflowed and were skipped (see [`LossScaler`]).
+    pub skipped_steps: u64,
+    /// The loss scale at the end of the run (1 without loss scaling).
+    pub loss_scale: f32,
 }
 
 impl TrainSummary {
@@ -163,6 +199,7 @@ struct Run<'a, S: StepRunner> {
     train_seconds: f64,
     evals: Vec<(u32, f64)>,
     time_to_target_s: Option<f64>,
+    scaler: LossScaler,
 }
 
 /// One model on one backend.
@@ -178,6 +215,7 @@ impl<B: Backend, M: Model<B> + ?Sized> StepRunner for SingleDevice<'_, B, M> {
         &mut self,
         batch: &Batch,
         lr: f32,
+        loss_scale: f32,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<StepOutcome, String> {
         DeviceBatch::upload(self.backend, batch)
@@ -189,6 +227,7 @@ impl<B: Backend, M: Model<B> + ?Sized> StepRunner for SingleDevice<'_, B, M> {
                     &self.loss_fn,
                     &b,
                     lr,
+                    loss_scale,
                     cancelled,
                 )
             })
@@ -247,6 +286,8 @@ pub(super) fn not_started(reason: String, mllog: Option<&mut MlLog>) -> TrainSum
         train_images_per_s: 0.0,
         unreadable_files: 0,
         mllog_errors: errors,
+        skipped_steps: 0,
+        loss_scale: 1.0,
     }
 }
 
@@ -279,6 +320,7 @@ pub(super) fn run_loop<S: StepRunner>(
         train_seconds: 0.0,
         evals: Vec::new(),
         time_to_target_s: None,
+        scaler: LossScaler::new(recipe.loss_scaling()),
     };
     let (reason, epochs_completed) = run.epochs();
     run.log(|l| l.run_stop(reason.mllog_status()));
@@ -296,6 +338,8 @@ pub(super) fn run_loop<S: StepRunner>(
         },
         unreadable_files: data.train.unreadable_files() + data.eval.unreadable_files(),
         mllog_errors: run.mllog_errors,
+        skipped_steps: run.scaler.skipped_steps(),
+        loss_scale: run.scaler.scale(),
     }
 }
 
@@ -395,7 +439,29 @@ impl<S: StepRunner> Run<'_, S> {
             taken += 1;
             let lr = self.schedule.lr_at(self.global_step);
             let result = match self.one_step(&batch, lr) {
-                Ok(StepOutcome::Updated(r)) => r,
+                Ok(StepOutcome::Updated(r)) => {
+                    self.scaler.record_applied();
+                    r
+                }
+                Ok(StepOutcome::NonFiniteGradients(r)) => match self.scaler.record_overflow() {
+                    OverflowVerdict::Skip => {
+                        tracing::debug!(
+                            epoch,
+                            step = taken,
+                            loss_scale = self.scaler.scale(),
+                            "gradients overflowed: step skipped"
+                        );
+                        r
+                    }
+                    OverflowVerdict::GiveUp { consecutive, scale } => {
+                        return EpochEnd::Stopped(StopReason::GradientsOverflowed {
+                            epoch,
+                            step: taken,
+                            consecutive,
+                            scale,
+                        })
+                    }
+                },
                 Ok(StepOutcome::Cancelled) => return EpochEnd::Stopped(StopReason::Cancelled),
                 Ok(StepOutcome::NonFiniteLoss(r)) => {
                     return EpochEnd::Stopped(StopReason::NonFiniteLoss {
@@ -447,8 +513,9 @@ impl<S: StepRunner> Run<'_, S> {
 
     fn one_step(&mut self, batch: &Batch, lr: f64) -> Result<StepOutcome, String> {
         let observer = &*self.observer;
+        let loss_scale = self.scaler.scale();
         self.steps
-            .train_step(batch, lr as f32, &|| observer.cancelled())
+            .train_step(batch, lr as f32, loss_scale, &|| observer.cancelled())
     }
 
     /// Top-1 accuracy on the evaluation split, padding excluded; `None` when cancelled.
