@@ -662,3 +662,34 @@ fn all_reduce_bandwidth_reports_algorithm_and_bus_bandwidth() {
     assert!(measure_all_reduce_bandwidth(&ring, &one, 16, 0, 1).is_err());
     assert_eq!(AllReduce::<CpuBackend>::ranks(&ring), 2);
 }
+
+#[test]
+fn fp16_replicas_skip_an_overflowing_step_together_and_apply_a_scaled_one() {
+    use tinyperf::engine::backend::half_storage::HalfStorageCpu;
+    use tinyperf::engine::Precision;
+    let half = || HalfStorageCpu::new(CpuBackend::new(), Precision::Fp16).unwrap();
+    let reps = (0..2).map(|_| replica(half())).collect();
+    let mut dp = DataParallel::new(reps, Box::new(HostRing::new(2).unwrap()), xent()).unwrap();
+    let snapshot = |dp: &mut DataParallel<HalfStorageCpu, ResNet<HalfStorageCpu>>| {
+        dp.replicas_mut()
+            .iter_mut()
+            .map(|r| weights(&r.backend, &mut r.model))
+            .collect::<Vec<_>>()
+    };
+    let initial = snapshot(&mut dp);
+    let batch = host_batch(8, 3);
+
+    // A scale this large overflows fp16 in the backward on every replica.
+    let outcome = dp.train_step(&batch, LR, 1e30, &never).unwrap();
+    assert!(
+        matches!(outcome, StepOutcome::NonFiniteGradients(r) if r.loss.is_finite()),
+        "{outcome:?}"
+    );
+    assert_eq!(snapshot(&mut dp), initial);
+
+    let outcome = dp.train_step(&batch, LR, 128.0, &never).unwrap();
+    assert!(matches!(outcome, StepOutcome::Updated(_)), "{outcome:?}");
+    let after = snapshot(&mut dp);
+    assert_ne!(after[0], initial[0]);
+    assert_eq!(bits(&after[0]), bits(&after[1]), "replicas stay identical");
+}

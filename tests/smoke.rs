@@ -163,6 +163,8 @@ fn out_of_range_hyperparameters_are_usage_errors_before_anything_is_recorded() {
         ("warmup_epochs=50", "warmup_epochs"),
         ("model=vgg", "model"),
         ("image_size=3", "image_size"),
+        ("precision=fp8", "fp32, fp16, bf16"),
+        ("loss_scale=0", "loss_scale"),
     ] {
         let state = tempfile::tempdir().unwrap();
         let out = run_with(state.path(), &["smoke"], &[option]);
@@ -334,4 +336,49 @@ fn an_unrecorded_run_says_where_its_mllog_went() {
     assert!(fs::read_to_string(path).unwrap().contains("run_stop"));
     // The generated dataset went to the XDG cache.
     assert!(cache.join("tinyperf").is_dir());
+}
+
+#[test]
+fn an_fp16_smoke_run_on_the_cpu_trains_with_the_reference_loss_scale() {
+    let state = tempfile::tempdir().unwrap();
+    let out = run_with(
+        state.path(),
+        &["--suite", "smoke", "--precision", "fp16"],
+        SHORT_SMOKE,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let (_, record) = only_run(state.path());
+    assert_eq!(record["state"], "passed", "{record:#}");
+    let stage = &record["stages"][0];
+    let metric = |name: &str| {
+        stage["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["value"].as_f64())
+            .unwrap_or_else(|| panic!("metric {name} in {stage:#}"))
+    };
+    assert!(metric("final_accuracy") >= 0.76);
+    assert_eq!(metric("final_loss_scale"), 128.0);
+    assert!(metric("skipped_steps") < metric("steps"));
+    let findings = stage["findings"].to_string();
+    assert!(
+        findings.contains("fp16 mixed precision on the CPU")
+            && findings.contains("static loss scale 128"),
+        "{findings}"
+    );
+}
+
+#[test]
+fn precision_is_refused_by_a_suite_that_does_not_train() {
+    let state = tempfile::tempdir().unwrap();
+    let out = run_with(
+        state.path(),
+        &["--suite", "acceptance", "--precision", "bf16"],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(EXIT_USAGE), "{}", text(&out));
+    assert!(text(&out).contains("precision"), "{}", text(&out));
+    assert!(only_runs_empty(state.path()));
 }
