@@ -505,6 +505,16 @@ fn with_no_power_source_energy_is_absent_with_a_note_and_the_csv_has_what_there_
     assert!(!rows.is_empty());
     assert!(rows.iter().all(|r| r.device == "cpu" && r.stage == "only"));
 
+    // The note is the run's, said once: a second stage has no energy and no repeat of it.
+    let rec = recorder(root.path(), None, Duration::from_millis(20));
+    rec.begin_stage("first");
+    assert_eq!(rec.end_stage().findings, [NO_POWER_SOURCE]);
+    rec.begin_stage("second");
+    let second = rec.end_stage();
+    assert_eq!(second.energy, None);
+    assert!(second.findings.is_empty(), "{:?}", second.findings);
+    drop(rec);
+
     let empty = tempfile::tempdir().unwrap();
     let csv_path = empty.path().join("telemetry.csv");
     let rec = recorder(
@@ -559,6 +569,10 @@ fn an_unwritable_csv_is_a_finding_not_a_failure() {
             .any(|f| f.starts_with("telemetry not written:") && f.contains("missing/telemetry.csv")),
         "{stage:?}"
     );
+    rec.begin_stage("t");
+    let next = rec.end_stage();
+    assert!(next.energy.is_some());
+    assert!(next.findings.is_empty(), "said once: {next:?}");
 }
 
 // --- `tinyperf run` -------------------------------------------------------------------

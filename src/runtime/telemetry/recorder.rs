@@ -72,7 +72,11 @@ struct State {
     samples: usize,
     /// `None` until the sources have been looked for.
     has_power: Option<bool>,
+    /// What the sources' discovery found (no power source, an unreadable library): said
+    /// once, in the first stage that ends, not repeated in every stage of the run.
     source_findings: Vec<String>,
+    source_findings_reported: bool,
+    /// Why the CSV stopped being written, until the stage that ends next reports it.
     csv_finding: Option<String>,
 }
 
@@ -141,9 +145,14 @@ impl TelemetryRecorder {
         }
         let mut state = lock(&self.state);
         state.stage = None;
-        let mut findings = state.source_findings.clone();
+        let mut findings = if state.source_findings_reported {
+            Vec::new()
+        } else {
+            state.source_findings_reported = true;
+            state.source_findings.clone()
+        };
         findings.extend(state.limits.findings());
-        findings.extend(state.csv_finding.clone());
+        findings.extend(state.csv_finding.take());
         StageTelemetry {
             energy: match state.has_power {
                 Some(true) => state.meter.energy(),
