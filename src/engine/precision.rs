@@ -9,7 +9,9 @@ use std::str::FromStr;
 use rayon::prelude::*;
 
 /// How activations are stored between the ops of a training step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
     /// Everything f32.

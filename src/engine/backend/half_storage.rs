@@ -1,9 +1,9 @@
 //! The CPU backend with activations held in a 16-bit format: the numerical reference for
-//! mixed-precision training. Every activation and activation gradient is rounded to fp16
-//! or bf16 where a mixed-precision step stores it, and convolutions read their operands
-//! rounded, as tensor-core convolutions do, while accumulating in f32. Weights, weight
-//! gradients of the f32 layers, batch-norm statistics, logits, the loss and the optimizer
-//! stay f32.
+//! mixed-precision training. Ops read their activation operands in the 16-bit format and
+//! store the activations and activation gradients they produce in it, while computing in
+//! f32; convolutions read their weights rounded too, as tensor-core convolutions do.
+//! Weights, weight gradients of the f32 layers, batch-norm statistics, logits, the loss
+//! and the optimizer stay f32. ReLU works in place on whatever it is given.
 //!
 //! It computes what a GPU step with 16-bit storage computes, up to summation order; it is
 //! not a fast path (every rounding is an extra pass over the data).
@@ -134,7 +134,8 @@ impl Backend for HalfStorageCpu {
         saved: &mut BatchNormSaved<CpuBuffer>,
         y: &mut CpuBuffer,
     ) -> Result<()> {
-        self.inner.batch_norm_forward_train(p, x, bn, saved, y)?;
+        let x = self.rounded(x)?;
+        self.inner.batch_norm_forward_train(p, &x, bn, saved, y)?;
         self.store(y);
         Ok(())
     }
@@ -146,7 +147,8 @@ impl Backend for HalfStorageCpu {
         bn: &BatchNormBuffers<CpuBuffer>,
         y: &mut CpuBuffer,
     ) -> Result<()> {
-        self.inner.batch_norm_forward_eval(p, x, bn, y)?;
+        let x = self.rounded(x)?;
+        self.inner.batch_norm_forward_eval(p, &x, bn, y)?;
         self.store(y);
         Ok(())
     }
@@ -161,22 +163,28 @@ impl Backend for HalfStorageCpu {
         dx: &mut CpuBuffer,
         grads: &mut BatchNormGrads<CpuBuffer>,
     ) -> Result<()> {
+        let (x, dy) = (self.rounded(x)?, self.rounded(dy)?);
         self.inner
-            .batch_norm_backward(p, x, dy, gamma, saved, dx, grads)?;
+            .batch_norm_backward(p, &x, &dy, gamma, saved, dx, grads)?;
         self.store(dx);
         Ok(())
     }
 
-    // ReLU and max pooling select stored values, so their outputs are already rounded.
+    // ReLU selects values in place, so stored values stay stored values.
     fn relu_forward(&self, x: &mut CpuBuffer) -> Result<()> {
         self.inner.relu_forward(x)
     }
     fn relu_backward(&self, y: &CpuBuffer, dy: &mut CpuBuffer) -> Result<()> {
         self.inner.relu_backward(y, dy)
     }
+
+    /// The maximum of rounded values is a rounded value.
     fn max_pool_forward(&self, p: &PoolParams, x: &CpuBuffer, y: &mut CpuBuffer) -> Result<()> {
-        self.inner.max_pool_forward(p, x, y)
+        let x = self.rounded(x)?;
+        self.inner.max_pool_forward(p, &x, y)
     }
+
+    /// Overlapping windows sum two gradients into one element, so dx is stored again.
     fn max_pool_backward(
         &self,
         p: &PoolParams,
@@ -184,7 +192,10 @@ impl Backend for HalfStorageCpu {
         dy: &CpuBuffer,
         dx: &mut CpuBuffer,
     ) -> Result<()> {
-        self.inner.max_pool_backward(p, x, dy, dx)
+        let (x, dy) = (self.rounded(x)?, self.rounded(dy)?);
+        self.inner.max_pool_backward(p, &x, &dy, dx)?;
+        self.store(dx);
+        Ok(())
     }
 
     fn global_avg_pool_forward(
@@ -193,7 +204,8 @@ impl Backend for HalfStorageCpu {
         x: &CpuBuffer,
         y: &mut CpuBuffer,
     ) -> Result<()> {
-        self.inner.global_avg_pool_forward(p, x, y)?;
+        let x = self.rounded(x)?;
+        self.inner.global_avg_pool_forward(p, &x, y)?;
         self.store(y);
         Ok(())
     }
@@ -204,7 +216,8 @@ impl Backend for HalfStorageCpu {
         dy: &CpuBuffer,
         dx: &mut CpuBuffer,
     ) -> Result<()> {
-        self.inner.global_avg_pool_backward(p, dy, dx)?;
+        let dy = self.rounded(dy)?;
+        self.inner.global_avg_pool_backward(p, &dy, dx)?;
         self.store(dx);
         Ok(())
     }
@@ -218,7 +231,8 @@ impl Backend for HalfStorageCpu {
         b: &CpuBuffer,
         y: &mut CpuBuffer,
     ) -> Result<()> {
-        self.inner.linear_forward(p, x, w, b, y)
+        let x = self.rounded(x)?;
+        self.inner.linear_forward(p, &x, w, b, y)
     }
 
     fn linear_backward(
@@ -231,8 +245,9 @@ impl Backend for HalfStorageCpu {
         dw: &mut CpuBuffer,
         db: &mut CpuBuffer,
     ) -> Result<()> {
+        let x = self.rounded(x)?;
         self.inner
-            .linear_backward(p, x, w, dy, dx.as_deref_mut(), dw, db)?;
+            .linear_backward(p, &x, w, dy, dx.as_deref_mut(), dw, db)?;
         if let Some(dx) = dx {
             self.store(dx);
         }
@@ -264,12 +279,14 @@ impl Backend for HalfStorageCpu {
 
     /// Residual sums are activations (forward) or activation gradients (backward).
     fn add(&self, a: &CpuBuffer, b: &CpuBuffer, out: &mut CpuBuffer) -> Result<()> {
-        self.inner.add(a, b, out)?;
+        let (a, b) = (self.rounded(a)?, self.rounded(b)?);
+        self.inner.add(&a, &b, out)?;
         self.store(out);
         Ok(())
     }
     fn add_assign(&self, dst: &mut CpuBuffer, src: &CpuBuffer) -> Result<()> {
-        self.inner.add_assign(dst, src)?;
+        let src = self.rounded(src)?;
+        self.inner.add_assign(dst, &src)?;
         self.store(dst);
         Ok(())
     }

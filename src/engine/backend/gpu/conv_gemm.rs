@@ -3,7 +3,7 @@
 //! `[rows, K]` with `K = kernel_h·kernel_w·in_c`, HWIO weights `[K, out_c]` and the
 //! output `[rows, out_c]`.
 
-use super::driver::{DevicePtr, Gemm, Transpose};
+use super::driver::{DevicePtr, Gemm, GemmTypes, Transpose};
 use crate::engine::backend::Conv2dParams;
 
 fn depth(p: &Conv2dParams) -> usize {
@@ -27,6 +27,7 @@ pub fn forward(p: &Conv2dParams, rows: usize, col: DevicePtr, w: DevicePtr, y: D
         ldc: cout,
         alpha: 1.0,
         beta: 0.0,
+        types: GemmTypes::F32,
     }
 }
 
@@ -53,6 +54,7 @@ pub fn backward_data(
         ldc: k,
         alpha: 1.0,
         beta: 0.0,
+        types: GemmTypes::F32,
     }
 }
 
@@ -80,6 +82,7 @@ pub fn backward_filter(
         ldc: cout,
         alpha: 1.0,
         beta: if accumulate { 1.0 } else { 0.0 },
+        types: GemmTypes::F32,
     }
 }
 

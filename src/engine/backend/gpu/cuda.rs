@@ -20,6 +20,7 @@ use super::driver::{
     Transpose,
 };
 use super::source::{self, Dialect, KERNEL_NAMES};
+use crate::engine::Precision;
 
 const DRIVER_SYMBOLS: &[&str] = &[
     "cuInit",
@@ -522,6 +523,39 @@ impl GpuDriver for CudaDriver {
             .gemm_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if !g.types.is_f32() {
+            let data_type = |p: Precision| match p {
+                Precision::Fp32 => blas::cudaDataType::CUDA_R_32F,
+                Precision::Fp16 => blas::cudaDataType::CUDA_R_16F,
+                Precision::Bf16 => blas::cudaDataType::CUDA_R_16BF,
+            };
+            let operands = data_type(g.types.operands);
+            // SAFETY: as below, with elements of the formats the call names.
+            let status = unsafe {
+                blas::cublasGemmEx(
+                    self.handles.blas,
+                    op(cm.trans_first),
+                    op(cm.trans_second),
+                    cm.m as i32,
+                    cm.n as i32,
+                    cm.k as i32,
+                    (&g.alpha as *const f32).cast(),
+                    cm.first.0 as *const c_void,
+                    operands,
+                    cm.ld_first as i32,
+                    cm.second.0 as *const c_void,
+                    operands,
+                    cm.ld_second as i32,
+                    (&g.beta as *const f32).cast(),
+                    cm.c.0 as *mut c_void,
+                    data_type(g.types.output),
+                    cm.ldc as i32,
+                    blas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    blas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            };
+            return blas_check("cublasGemmEx", status);
+        }
         // SAFETY: the shapes were validated against the leading dimensions; the pointers are
         // live allocations the backend sized for them.
         let status = unsafe {

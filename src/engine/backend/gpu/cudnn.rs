@@ -11,6 +11,7 @@ use cudarc::cudnn::sys as dnn;
 
 use super::driver::{DevicePtr, DnnConv, DnnConvOp, DriverError};
 use crate::engine::backend::Conv2dParams;
+use crate::engine::Precision;
 
 const SYMBOLS: &[&str] = &[
     "cudnnGetVersion",
@@ -85,7 +86,7 @@ struct Plan {
 }
 
 struct State {
-    plans: HashMap<[usize; 9], Plan>,
+    plans: HashMap<([usize; 9], Precision), Plan>,
     workspace: Option<(DevicePtr, usize)>,
 }
 
@@ -138,11 +139,18 @@ impl Dnn {
         })
     }
 
-    fn plan(&self, p: &Conv2dParams) -> Result<Plan, DriverError> {
+    /// Descriptors for `p` on elements of `dtype`, computing in f32 (for 16-bit data, the
+    /// "pseudo half" configuration that tensor cores run).
+    fn plan(&self, p: &Conv2dParams, dtype: Precision) -> Result<Plan, DriverError> {
         let (n, c, h, w) = (int(p.batch)?, int(p.in_c)?, int(p.in_h)?, int(p.in_w)?);
         let (k, oh, ow) = (int(p.out_c)?, int(p.out_h())?, int(p.out_w())?);
         let nhwc = dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NHWC;
         let f32_type = dnn::cudnnDataType_t::CUDNN_DATA_FLOAT;
+        let data_type = match dtype {
+            Precision::Fp32 => f32_type,
+            Precision::Fp16 => dnn::cudnnDataType_t::CUDNN_DATA_HALF,
+            Precision::Bf16 => dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        };
         let mut plan = Plan {
             x: std::ptr::null_mut(),
             y: std::ptr::null_mut(),
@@ -181,17 +189,17 @@ impl Dnn {
             )?;
             check(
                 "cudnnSetTensor4dDescriptor",
-                dnn::cudnnSetTensor4dDescriptor(plan.x, nhwc, f32_type, n, c, h, w),
+                dnn::cudnnSetTensor4dDescriptor(plan.x, nhwc, data_type, n, c, h, w),
             )?;
             check(
                 "cudnnSetTensor4dDescriptor",
-                dnn::cudnnSetTensor4dDescriptor(plan.y, nhwc, f32_type, n, k, oh, ow),
+                dnn::cudnnSetTensor4dDescriptor(plan.y, nhwc, data_type, n, k, oh, ow),
             )?;
             check(
                 "cudnnSetFilter4dDescriptor",
                 dnn::cudnnSetFilter4dDescriptor(
                     plan.w,
-                    f32_type,
+                    data_type,
                     nhwc,
                     k,
                     c,
@@ -298,9 +306,9 @@ impl Dnn {
         free: &dyn Fn(DevicePtr),
     ) -> Result<(), DriverError> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let k = key(&c.shape);
+        let k = (key(&c.shape), c.dtype);
         if let std::collections::hash_map::Entry::Vacant(slot) = state.plans.entry(k) {
-            slot.insert(self.plan(&c.shape)?);
+            slot.insert(self.plan(&c.shape, c.dtype)?);
         }
         let needed = {
             let plan = &state.plans[&k];

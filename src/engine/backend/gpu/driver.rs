@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::engine::Precision;
+
 /// A device address. Zero is never a live allocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DevicePtr(pub u64);
@@ -73,6 +75,27 @@ pub struct Gemm {
     pub ldc: usize,
     pub alpha: f32,
     pub beta: f32,
+    /// Element formats of A and B (shared) and of C; arithmetic is f32 either way.
+    pub types: GemmTypes,
+}
+
+/// The element formats of a GEMM: A and B share one, C has its own (a 16-bit product may
+/// write f32, as a weight gradient does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmTypes {
+    pub operands: Precision,
+    pub output: Precision,
+}
+
+impl GemmTypes {
+    pub const F32: GemmTypes = GemmTypes {
+        operands: Precision::Fp32,
+        output: Precision::Fp32,
+    };
+
+    pub fn is_f32(self) -> bool {
+        self == Self::F32
+    }
 }
 
 /// The same product in the column-major terms BLAS libraries take: row-major `C = A·B`
@@ -93,6 +116,14 @@ pub struct ColumnMajorGemm {
 }
 
 impl Gemm {
+    /// The same product on operands in `operands` format, writing C in `output` format.
+    pub fn with_types(self, operands: Precision, output: Precision) -> Gemm {
+        Gemm {
+            types: GemmTypes { operands, output },
+            ..self
+        }
+    }
+
     pub fn column_major(&self) -> ColumnMajorGemm {
         ColumnMajorGemm {
             trans_first: self.trans_b,
@@ -135,6 +166,17 @@ impl Gemm {
                 self.m, self.n, self.k, self.lda, self.ldb, self.ldc
             )));
         }
+        let GemmTypes { operands, output } = self.types;
+        if operands == Precision::Fp32 && output != Precision::Fp32 {
+            return Err(DriverError::InvalidArgument(format!(
+                "GEMM with f32 operands and a {output} output"
+            )));
+        }
+        if operands.is_reduced() && output.is_reduced() && operands != output {
+            return Err(DriverError::InvalidArgument(format!(
+                "GEMM mixing {operands} operands and a {output} output"
+            )));
+        }
         Ok(())
     }
 }
@@ -160,6 +202,8 @@ pub struct DnnConv {
     pub x: DevicePtr,
     pub w: DevicePtr,
     pub y: DevicePtr,
+    /// The element format of x, w and y (arithmetic is f32).
+    pub dtype: Precision,
 }
 
 /// Operand precision of a matmul throughput measurement.
@@ -498,6 +542,7 @@ mod tests {
             c: DevicePtr(3),
             ldc: 3,
             alpha: 1.0,
+            types: GemmTypes::F32,
             beta: 0.0,
         }
     }
@@ -544,5 +589,21 @@ mod tests {
         let mut bad = gemm(Transpose::No, Transpose::No);
         bad.ldc = 2;
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn gemm_formats_are_16_bit_operands_into_their_own_format_or_f32() {
+        let g = gemm(Transpose::No, Transpose::No);
+        for (operands, output, ok) in [
+            (Precision::Fp16, Precision::Fp16, true),
+            (Precision::Bf16, Precision::Fp32, true),
+            (Precision::Fp32, Precision::Fp16, false),
+            (Precision::Fp16, Precision::Bf16, false),
+        ] {
+            let typed = g.with_types(operands, output);
+            assert_eq!(typed.validate().is_ok(), ok, "{operands} → {output}");
+            assert_eq!(typed.column_major(), g.column_major());
+        }
+        assert!(g.types.is_f32());
     }
 }

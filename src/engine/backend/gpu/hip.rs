@@ -17,6 +17,7 @@ use super::driver::{
     Transpose,
 };
 use super::source::{self, Dialect, KERNEL_NAMES};
+use crate::engine::Precision;
 
 const HIP_SYMBOLS: &[&str] = &[
     "hipInit",
@@ -430,6 +431,45 @@ impl GpuDriver for HipDriver {
             .gemm_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if !g.types.is_f32() {
+            let data_type = |p: Precision| match p {
+                Precision::Fp32 => blas::rocblas_datatype::rocblas_datatype_f32_r,
+                Precision::Fp16 => blas::rocblas_datatype::rocblas_datatype_f16_r,
+                Precision::Bf16 => blas::rocblas_datatype::rocblas_datatype_bf16_r,
+            };
+            let (operands, output) = (data_type(g.types.operands), data_type(g.types.output));
+            // SAFETY: as below, with elements of the formats the call names; C is read (for
+            // beta) and written in place.
+            let status = unsafe {
+                blas::rocblas_gemm_ex(
+                    self.handles.blas,
+                    op(cm.trans_first),
+                    op(cm.trans_second),
+                    cm.m as i32,
+                    cm.n as i32,
+                    cm.k as i32,
+                    (&g.alpha as *const f32).cast(),
+                    cm.first.0 as *const c_void,
+                    operands,
+                    cm.ld_first as i32,
+                    cm.second.0 as *const c_void,
+                    operands,
+                    cm.ld_second as i32,
+                    (&g.beta as *const f32).cast(),
+                    cm.c.0 as *const c_void,
+                    output,
+                    cm.ldc as i32,
+                    cm.c.0 as *mut c_void,
+                    output,
+                    cm.ldc as i32,
+                    blas::rocblas_datatype::rocblas_datatype_f32_r,
+                    blas::rocblas_gemm_algo::rocblas_gemm_algo_standard,
+                    0,
+                    0,
+                )
+            };
+            return blas_check("rocblas_gemm_ex", status);
+        }
         // SAFETY: shapes validated against the leading dimensions; live allocations.
         let status = unsafe {
             blas::rocblas_sgemm(

@@ -5,6 +5,115 @@
 
 #define BLOCK 256
 
+// ---------------------------------------------------------------- storage formats
+
+// How a kernel reads and writes the elements of an activation buffer: f32, or the bits of
+// an IEEE half or a bfloat16 in 16 bits. Arithmetic is always f32. The 16-bit formats
+// round to nearest even on store, overflowing to infinity, as the CPU reference does. The
+// conversions use integer arithmetic so that neither compiler needs its half headers.
+__device__ float half_bits_to_float(unsigned short h) {
+    unsigned int sign = ((unsigned int)h & 0x8000u) << 16;
+    unsigned int exponent = ((unsigned int)h >> 10) & 0x1fu;
+    unsigned int mantissa = (unsigned int)h & 0x3ffu;
+    if (exponent == 0) {
+        // Zero or subnormal: mantissa · 2^-24, exact in f32.
+        float v = (float)mantissa * 5.9604644775390625e-8f;
+        return __uint_as_float(__float_as_uint(v) | sign);
+    }
+    if (exponent == 31) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+    return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+__device__ unsigned short float_to_half_bits(float f) {
+    unsigned int x = __float_as_uint(f);
+    unsigned int sign = (x >> 16) & 0x8000u;
+    unsigned int ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    // From 65520 up (halfway past the largest half, 65504, to an odd neighbour) rounds to
+    // infinity.
+    if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {
+        // Below 2^-14: a subnormal half or zero, whose mantissa is value · 2^24 rounded.
+        unsigned int m = (unsigned int)rintf(__uint_as_float(ax) * 16777216.0f);
+        return (unsigned short)(sign | m);
+    }
+    unsigned int h = (ax >> 13) - (112u << 10);
+    unsigned int rest = ax & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) h += 1u;
+    return (unsigned short)(sign | h);
+}
+
+__device__ float bf16_bits_to_float(unsigned short h) {
+    return __uint_as_float((unsigned int)h << 16);
+}
+
+__device__ unsigned short float_to_bf16_bits(float f) {
+    unsigned int x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+    return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+struct F32 {
+    typedef float T;
+    static __device__ float load(const float* p, long long i) { return p[i]; }
+    static __device__ void store(float* p, long long i, float v) { p[i] = v; }
+};
+
+struct F16 {
+    typedef unsigned short T;
+    static __device__ float load(const unsigned short* p, long long i) {
+        return half_bits_to_float(p[i]);
+    }
+    static __device__ void store(unsigned short* p, long long i, float v) {
+        p[i] = float_to_half_bits(v);
+    }
+};
+
+struct BF16 {
+    typedef unsigned short T;
+    static __device__ float load(const unsigned short* p, long long i) {
+        return bf16_bits_to_float(p[i]);
+    }
+    static __device__ void store(unsigned short* p, long long i, float v) {
+        p[i] = float_to_bf16_bits(v);
+    }
+};
+
+// Entry points for several formats come from one template each: a macro
+// `#define X(NAME, ...)` defines the entry point NAME, and each `X(name, ...)` line below
+// it is one entry point.
+
+#define FOR_EACH_INDEX(n)                                                                  \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);          \
+         i += (long long)gridDim.x * blockDim.x)
+
+// dst := src in another format: into 16 bits, back to f32, or f32 rounded through 16 bits.
+template <class In, class Out>
+__device__ void convert_body(const typename In::T* src, typename Out::T* dst, long long n) {
+    FOR_EACH_INDEX(n) Out::store(dst, i, In::load(src, i));
+}
+#define CONVERT(NAME, In, Out)                                                             \
+    KERNEL void NAME(const In::T* src, Out::T* dst, long long n) {                        \
+        convert_body<In, Out>(src, dst, n);                                                \
+    }
+CONVERT(store_f16, F32, F16)
+CONVERT(store_bf16, F32, BF16)
+CONVERT(load_f16, F16, F32)
+CONVERT(load_bf16, BF16, F32)
+
+template <class S>
+__device__ void round_body(float* x, long long n) {
+    FOR_EACH_INDEX(n) {
+        typename S::T bits;
+        S::store(&bits, 0, x[i]);
+        x[i] = S::load(&bits, 0);
+    }
+}
+#define ROUND(NAME, S)                                                                     \
+    KERNEL void NAME(float* x, long long n) { round_body<S>(x, n); }
+ROUND(round_f16, F16)
+ROUND(round_bf16, BF16)
+
 // ---------------------------------------------------------------- element-wise
 
 // The element-wise kernels move four floats per access where they can (every buffer
@@ -96,6 +205,46 @@ KERNEL void relu_backward(const float* y, float* dy, long long n) {
     FOR_EACH_TAIL(n) dy[i] = relu_grad(y[i], dy[i]);
 }
 
+// The element-wise ops on 16-bit activations (the f32 forms above move float4s).
+template <class S>
+__device__ void add_body(const typename S::T* a, const typename S::T* b, typename S::T* out,
+                         long long n) {
+    FOR_EACH_INDEX(n) S::store(out, i, S::load(a, i) + S::load(b, i));
+}
+#define ADD(NAME, S)                                                                       \
+    KERNEL void NAME(const S::T* a, const S::T* b, S::T* out, long long n) {              \
+        add_body<S>(a, b, out, n);                                                         \
+    }
+ADD(add_f16, F16)
+ADD(add_bf16, BF16)
+
+template <class S>
+__device__ void add_assign_body(typename S::T* dst, const typename S::T* src, long long n) {
+    FOR_EACH_INDEX(n) S::store(dst, i, S::load(dst, i) + S::load(src, i));
+}
+#define ADD_ASSIGN(NAME, S)                                                                \
+    KERNEL void NAME(S::T* dst, const S::T* src, long long n) { add_assign_body<S>(dst, src, n); }
+ADD_ASSIGN(add_assign_f16, F16)
+ADD_ASSIGN(add_assign_bf16, BF16)
+
+template <class S>
+__device__ void relu_forward_body(typename S::T* x, long long n) {
+    FOR_EACH_INDEX(n) S::store(x, i, relu(S::load(x, i)));
+}
+#define RELU_FORWARD(NAME, S)                                                              \
+    KERNEL void NAME(S::T* x, long long n) { relu_forward_body<S>(x, n); }
+RELU_FORWARD(relu_forward_f16, F16)
+RELU_FORWARD(relu_forward_bf16, BF16)
+
+template <class S>
+__device__ void relu_backward_body(const typename S::T* y, typename S::T* dy, long long n) {
+    FOR_EACH_INDEX(n) S::store(dy, i, relu_grad(S::load(y, i), S::load(dy, i)));
+}
+#define RELU_BACKWARD(NAME, S)                                                             \
+    KERNEL void NAME(const S::T* y, S::T* dy, long long n) { relu_backward_body<S>(y, dy, n); }
+RELU_BACKWARD(relu_backward_f16, F16)
+RELU_BACKWARD(relu_backward_bf16, BF16)
+
 // Deterministic pseudo-random values in [-1, 1) for benchmark inputs: a hash of the index,
 // so no two runs or devices need to share a generator.
 __device__ float pattern_value(long long i, int seed) {
@@ -176,8 +325,10 @@ KERNEL void non_finite_flag(const float* x, long long n, float* flag) {
 // with (kh, kw, c) ordering; padding reads as zero. One thread per column element, for
 // few channels (the 3-channel stem); the host keeps the chunk under 2^31 elements so the
 // index arithmetic stays 32-bit.
-KERNEL void im2col(const float* x, float* col, int first_image, int images, int h, int w,
-                   int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
+template <class S>
+__device__ void im2col_body(const typename S::T* x, typename S::T* col, int first_image,
+                            int images, int h, int w, int c, int kh_n, int kw_n, int stride,
+                            int pad, int oh_n, int ow_n) {
     int k = kh_n * kw_n * c;
     int total = images * oh_n * ow_n * k;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -195,10 +346,19 @@ KERNEL void im2col(const float* x, float* col, int first_image, int images, int 
         int iw = ow * stride + kw - pad;
         float v = 0.0f;
         if (ih >= 0 && ih < h && iw >= 0 && iw < w)
-            v = x[(((long long)n * h + ih) * w + iw) * c + ci];
-        col[i] = v;
+            v = S::load(x, (((long long)n * h + ih) * w + iw) * c + ci);
+        S::store(col, i, v);
     }
 }
+#define IM2COL(NAME, S)                                                                    \
+    KERNEL void NAME(const S::T* x, S::T* col, int first_image, int images, int h, int w,  \
+                     int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) { \
+        im2col_body<S>(x, col, first_image, images, h, w, c, kh_n, kw_n, stride, pad, oh_n, \
+                       ow_n);                                                              \
+    }
+IM2COL(im2col, F32)
+IM2COL(im2col_f16, F16)
+IM2COL(im2col_bf16, BF16)
 
 // The same by rows: a block per output pixel. For a fixed kh the KW·C column entries read
 // consecutive input (consecutive kw read consecutive iw at any stride), so each is one
@@ -232,8 +392,11 @@ KERNEL void im2col_rows(const float* x, float* col, int first_image, int rows, i
 // The adjoint of im2col as a gather: each input-gradient element of the chunk's images
 // sums the column entries that read it, so no two threads write one address. The chunk
 // is under 2^31 elements.
-KERNEL void col2im(const float* dcol, float* dx, int first_image, int images, int h, int w,
-                   int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
+// The column gradient is f32 (the GEMM's output); dx is stored in the activation format.
+template <class Out>
+__device__ void col2im_body(const float* dcol, typename Out::T* dx, int first_image, int images,
+                            int h, int w, int c, int kh_n, int kw_n, int stride, int pad,
+                            int oh_n, int ow_n) {
     int k = kh_n * kw_n * c;
     int total = images * h * w * c;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -258,33 +421,63 @@ KERNEL void col2im(const float* dcol, float* dx, int first_image, int images, in
                 s += dcol[row * k + (kh * kw_n + kw) * c + ci];
             }
         }
-        dx[(long long)first_image * h * w * c + i] = s;
+        Out::store(dx, (long long)first_image * h * w * c + i, s);
     }
 }
+#define COL2IM(NAME, Out)                                                                  \
+    KERNEL void NAME(const float* dcol, Out::T* dx, int first_image, int images, int h,    \
+                     int w, int c, int kh_n, int kw_n, int stride, int pad, int oh_n,      \
+                     int ow_n) {                                                           \
+        col2im_body<Out>(dcol, dx, first_image, images, h, w, c, kh_n, kw_n, stride, pad,  \
+                         oh_n, ow_n);                                                      \
+    }
+COL2IM(col2im, F32)
+COL2IM(col2im_f16, F16)
+COL2IM(col2im_bf16, BF16)
 
 // Filter layouts for DNN libraries: HWIO [s, cin, cout] (s = kh·kw) to OHWI
 // [cout, s, cin] and back. One thread per element, under 2^31 elements.
-KERNEL void hwio_to_ohwi(const float* src, float* dst, int spatial, int cin, int cout) {
+// With 16-bit activations the f32 master weights go to the library converted, and its
+// 16-bit weight gradient comes back as f32.
+template <class In, class Out>
+__device__ void hwio_to_ohwi_body(const typename In::T* src, typename Out::T* dst, int spatial,
+                                  int cin, int cout) {
     int total = spatial * cin * cout;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int ci = i % cin;
         int t = i / cin;
         int s = t % spatial;
         int co = t / spatial;
-        dst[i] = src[(s * cin + ci) * cout + co];
+        Out::store(dst, i, In::load(src, (s * cin + ci) * cout + co));
     }
 }
+#define HWIO_TO_OHWI(NAME, In, Out)                                                        \
+    KERNEL void NAME(const In::T* src, Out::T* dst, int spatial, int cin, int cout) {      \
+        hwio_to_ohwi_body<In, Out>(src, dst, spatial, cin, cout);                          \
+    }
+HWIO_TO_OHWI(hwio_to_ohwi, F32, F32)
+HWIO_TO_OHWI(hwio_to_ohwi_f16, F32, F16)
+HWIO_TO_OHWI(hwio_to_ohwi_bf16, F32, BF16)
 
-KERNEL void ohwi_to_hwio(const float* src, float* dst, int spatial, int cin, int cout) {
+template <class In, class Out>
+__device__ void ohwi_to_hwio_body(const typename In::T* src, typename Out::T* dst, int spatial,
+                                  int cin, int cout) {
     int total = spatial * cin * cout;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int co = i % cout;
         int t = i / cout;
         int ci = t % cin;
         int s = t / cin;
-        dst[i] = src[(co * spatial + s) * cin + ci];
+        Out::store(dst, i, In::load(src, (co * spatial + s) * cin + ci));
     }
 }
+#define OHWI_TO_HWIO(NAME, In, Out)                                                        \
+    KERNEL void NAME(const In::T* src, Out::T* dst, int spatial, int cin, int cout) {      \
+        ohwi_to_hwio_body<In, Out>(src, dst, spatial, cin, cout);                          \
+    }
+OHWI_TO_HWIO(ohwi_to_hwio, F32, F32)
+OHWI_TO_HWIO(ohwi_to_hwio_f16, F16, F32)
+OHWI_TO_HWIO(ohwi_to_hwio_bf16, BF16, F32)
 
 // ---------------------------------------------------------------- batch norm over [rows, C]
 
@@ -293,9 +486,11 @@ KERNEL void ohwi_to_hwio(const float* src, float* dst, int spatial, int cin, int
 // mode 0 (statistics): sums of (x − x[0,c]) and its square, shifted for accuracy.
 // mode 1 (gradients):  sums of dy and dy·(x − mean[c]).
 // mode 2 (gradients through a ReLU): as mode 1 with dy masked by relu_out > 0.
-KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean,
-                            const float* relu_out, long long rows, int channels,
-                            int rows_per_slab, int mode, float* partial1, float* partial2) {
+template <class S>
+__device__ void bn_partial_sums_body(const typename S::T* x, const typename S::T* dy,
+                                     const float* mean, const typename S::T* relu_out,
+                                     long long rows, int channels, int rows_per_slab, int mode,
+                                     float* partial1, float* partial2) {
     __shared__ float s1[8][33];
     __shared__ float s2[8][33];
     int c = blockIdx.x * 32 + threadIdx.x;
@@ -304,16 +499,16 @@ KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean,
     if (last > rows) last = rows;
     float a1 = 0.0f, a2 = 0.0f;
     if (c < channels) {
-        float center = mode == 0 ? x[c] : mean[c];
+        float center = mode == 0 ? S::load(x, c) : mean[c];
         long long r = first + threadIdx.y;
         // Four rows per iteration keep more loads in flight.
         for (; r + 24 < last; r += 32) {
             float d[4], g[4];
             for (int u = 0; u < 4; ++u) {
                 long long at = (r + 8 * u) * channels + c;
-                d[u] = x[at] - center;
-                g[u] = mode == 0 ? d[u] : dy[at];
-                if (mode == 2 && !(relu_out[at] > 0.0f)) g[u] = 0.0f;
+                d[u] = S::load(x, at) - center;
+                g[u] = mode == 0 ? d[u] : S::load(dy, at);
+                if (mode == 2 && !(S::load(relu_out, at) > 0.0f)) g[u] = 0.0f;
             }
             for (int u = 0; u < 4; ++u) {
                 a1 += g[u];
@@ -322,9 +517,9 @@ KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean,
         }
         for (; r < last; r += 8) {
             long long at = r * channels + c;
-            float d = x[at] - center;
-            float g = mode == 0 ? d : dy[at];
-            if (mode == 2 && !(relu_out[at] > 0.0f)) g = 0.0f;
+            float d = S::load(x, at) - center;
+            float g = mode == 0 ? d : S::load(dy, at);
+            if (mode == 2 && !(S::load(relu_out, at) > 0.0f)) g = 0.0f;
             a1 += g;
             a2 += g * d;
         }
@@ -342,14 +537,27 @@ KERNEL void bn_partial_sums(const float* x, const float* dy, const float* mean,
         partial2[(long long)blockIdx.y * channels + c] = t2;
     }
 }
+#define BN_PARTIAL_SUMS(NAME, S)                                                           \
+    KERNEL void NAME(const S::T* x, const S::T* dy, const float* mean, const S::T* relu_out, \
+                     long long rows, int channels, int rows_per_slab, int mode,            \
+                     float* partial1, float* partial2) {                                   \
+        bn_partial_sums_body<S>(x, dy, mean, relu_out, rows, channels, rows_per_slab, mode, \
+                                partial1, partial2);                                       \
+    }
+BN_PARTIAL_SUMS(bn_partial_sums, F32)
+BN_PARTIAL_SUMS(bn_partial_sums_f16, F16)
+BN_PARTIAL_SUMS(bn_partial_sums_bf16, BF16)
 
 // Batch statistics, running statistics and the affine coefficients y = x·scale + shift.
-KERNEL void bn_forward_finalize(const float* partial1, const float* partial2, int slabs,
-                                long long rows, int channels, const float* x,
-                                const float* gamma, const float* beta, float* running_mean,
-                                float* running_var, float eps, float momentum,
-                                float* saved_mean, float* saved_inv_std, float* scale,
-                                float* shift) {
+// x is only read for the shift the partial sums used: its first row.
+template <class S>
+__device__ void bn_forward_finalize_body(const float* partial1, const float* partial2,
+                                         int slabs, long long rows, int channels,
+                                         const typename S::T* x, const float* gamma,
+                                         const float* beta, float* running_mean,
+                                         float* running_var, float eps, float momentum,
+                                         float* saved_mean, float* saved_inv_std, float* scale,
+                                         float* shift) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
     double sum_d = 0.0, sum_d2 = 0.0;
@@ -361,7 +569,7 @@ KERNEL void bn_forward_finalize(const float* partial1, const float* partial2, in
     double mean_d = sum_d / n;
     double var = sum_d2 / n - mean_d * mean_d;
     if (var < 0.0) var = 0.0;
-    double mean = (double)x[c] + mean_d;
+    double mean = (double)S::load(x, c) + mean_d;
     double inv_std = 1.0 / sqrt(var + (double)eps);
     saved_mean[c] = (float)mean;
     saved_inv_std[c] = (float)inv_std;
@@ -372,6 +580,18 @@ KERNEL void bn_forward_finalize(const float* partial1, const float* partial2, in
     running_mean[c] = (float)((1.0 - m) * (double)running_mean[c] + m * mean);
     running_var[c] = (float)((1.0 - m) * (double)running_var[c] + m * unbiased);
 }
+#define BN_FORWARD_FINALIZE(NAME, S)                                                       \
+    KERNEL void NAME(const float* partial1, const float* partial2, int slabs, long long rows, \
+                     int channels, const S::T* x, const float* gamma, const float* beta,   \
+                     float* running_mean, float* running_var, float eps, float momentum,   \
+                     float* saved_mean, float* saved_inv_std, float* scale, float* shift) { \
+        bn_forward_finalize_body<S>(partial1, partial2, slabs, rows, channels, x, gamma, beta, \
+                                    running_mean, running_var, eps, momentum, saved_mean,  \
+                                    saved_inv_std, scale, shift);                          \
+    }
+BN_FORWARD_FINALIZE(bn_forward_finalize, F32)
+BN_FORWARD_FINALIZE(bn_forward_finalize_f16, F16)
+BN_FORWARD_FINALIZE(bn_forward_finalize_bf16, BF16)
 
 KERNEL void bn_eval_coefficients(const float* gamma, const float* beta,
                                  const float* running_mean, const float* running_var,
@@ -384,22 +604,27 @@ KERNEL void bn_eval_coefficients(const float* gamma, const float* beta,
 }
 
 // rows·channels is under 2^31 (the host checks), so the channel index is 32-bit.
-KERNEL void channel_affine_relu(const float* x, const float* scale, const float* shift,
-                                float* y, int total, int channels) {
+template <class S, bool Relu>
+__device__ void channel_affine_body(const typename S::T* x, const float* scale,
+                                    const float* shift, typename S::T* y, int total,
+                                    int channels) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int c = i % channels;
-        float v = x[i] * scale[c] + shift[c];
-        y[i] = v > 0.0f ? v : 0.0f;
+        float v = S::load(x, i) * scale[c] + shift[c];
+        S::store(y, i, Relu ? (v > 0.0f ? v : 0.0f) : v);
     }
 }
-
-KERNEL void channel_affine(const float* x, const float* scale, const float* shift, float* y,
-                           int total, int channels) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        int c = i % channels;
-        y[i] = x[i] * scale[c] + shift[c];
+#define CHANNEL_AFFINE(NAME, S, Relu)                                                      \
+    KERNEL void NAME(const S::T* x, const float* scale, const float* shift, S::T* y,       \
+                     int total, int channels) {                                            \
+        channel_affine_body<S, Relu>(x, scale, shift, y, total, channels);                 \
     }
-}
+CHANNEL_AFFINE(channel_affine_relu, F32, true)
+CHANNEL_AFFINE(channel_affine, F32, false)
+CHANNEL_AFFINE(channel_affine_relu_f16, F16, true)
+CHANNEL_AFFINE(channel_affine_f16, F16, false)
+CHANNEL_AFFINE(channel_affine_relu_bf16, BF16, true)
+CHANNEL_AFFINE(channel_affine_bf16, BF16, false)
 
 // dγ, dβ and the coefficients of dx = x·a + dy·g + b.
 KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, int slabs,
@@ -427,30 +652,43 @@ KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, i
     coef_b[c] = (float)(-k * db / n - xa * (double)saved_mean[c]);
 }
 
-// The same through a ReLU whose output was relu_out.
-KERNEL void bn_backward_dx_relu(const float* x, const float* dy, const float* relu_out,
-                                const float* coef_a, const float* coef_g, const float* coef_b,
-                                float* dx, int total, int channels) {
+// dx = x·a + dy·g + b, with dy masked by relu_out > 0 for the form through a ReLU.
+template <class S>
+__device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T* dy,
+                                    const typename S::T* relu_out, const float* coef_a,
+                                    const float* coef_g, const float* coef_b,
+                                    typename S::T* dx, int total, int channels) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int c = i % channels;
-        float g = relu_out[i] > 0.0f ? dy[i] : 0.0f;
-        dx[i] = x[i] * coef_a[c] + g * coef_g[c] + coef_b[c];
+        float g = S::load(dy, i);
+        if (relu_out && !(S::load(relu_out, i) > 0.0f)) g = 0.0f;
+        S::store(dx, i, S::load(x, i) * coef_a[c] + g * coef_g[c] + coef_b[c]);
     }
 }
-
-KERNEL void bn_backward_dx(const float* x, const float* dy, const float* coef_a,
-                           const float* coef_g, const float* coef_b, float* dx, int total,
-                           int channels) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
-        int c = i % channels;
-        dx[i] = x[i] * coef_a[c] + dy[i] * coef_g[c] + coef_b[c];
+#define BN_BACKWARD_DX_RELU(NAME, S)                                                       \
+    KERNEL void NAME(const S::T* x, const S::T* dy, const S::T* relu_out, const float* coef_a, \
+                     const float* coef_g, const float* coef_b, S::T* dx, int total,        \
+                     int channels) {                                                       \
+        bn_backward_dx_body<S>(x, dy, relu_out, coef_a, coef_g, coef_b, dx, total, channels); \
     }
-}
+#define BN_BACKWARD_DX(NAME, S)                                                            \
+    KERNEL void NAME(const S::T* x, const S::T* dy, const float* coef_a, const float* coef_g, \
+                     const float* coef_b, S::T* dx, int total, int channels) {             \
+        bn_backward_dx_body<S>(x, dy, 0, coef_a, coef_g, coef_b, dx, total, channels);     \
+    }
+BN_BACKWARD_DX_RELU(bn_backward_dx_relu, F32)
+BN_BACKWARD_DX(bn_backward_dx, F32)
+BN_BACKWARD_DX_RELU(bn_backward_dx_relu_f16, F16)
+BN_BACKWARD_DX(bn_backward_dx_f16, F16)
+BN_BACKWARD_DX_RELU(bn_backward_dx_relu_bf16, BF16)
+BN_BACKWARD_DX(bn_backward_dx_bf16, BF16)
 
 // ---------------------------------------------------------------- pooling
 
-KERNEL void max_pool_forward(const float* x, float* y, int batch, int h, int w, int c,
-                             int kernel, int stride, int pad, int oh_n, int ow_n) {
+template <class S>
+__device__ void max_pool_forward_body(const typename S::T* x, typename S::T* y, int batch,
+                                      int h, int w, int c, int kernel, int stride, int pad,
+                                      int oh_n, int ow_n) {
     long long total = (long long)batch * oh_n * ow_n * c;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     long long step = (long long)gridDim.x * blockDim.x;
@@ -466,19 +704,29 @@ KERNEL void max_pool_forward(const float* x, float* y, int batch, int h, int w, 
             for (int kw = 0; kw < kernel; ++kw) {
                 int iw = ow * stride + kw - pad;
                 if (iw < 0 || iw >= w) continue;
-                float v = x[((n * h + ih) * w + iw) * c + ci];
+                float v = S::load(x, ((n * h + ih) * w + iw) * c + ci);
                 if (v > best || v != v) best = v;
             }
         }
-        y[i] = best;
+        S::store(y, i, best);
     }
 }
+#define MAX_POOL_FORWARD(NAME, S)                                                          \
+    KERNEL void NAME(const S::T* x, S::T* y, int batch, int h, int w, int c, int kernel,   \
+                     int stride, int pad, int oh_n, int ow_n) {                            \
+        max_pool_forward_body<S>(x, y, batch, h, w, c, kernel, stride, pad, oh_n, ow_n);   \
+    }
+MAX_POOL_FORWARD(max_pool_forward, F32)
+MAX_POOL_FORWARD(max_pool_forward_f16, F16)
+MAX_POOL_FORWARD(max_pool_forward_bf16, BF16)
 
 // The backward in two gathers, so no two threads write one address: first the position
 // (ih·W + iw) of each window's first maximum, in the CPU backend's scan order; then each
 // input element sums the gradients of the windows that chose it. Under 2^31 elements.
-KERNEL void max_pool_argmax(const float* x, int* argmax, int batch, int h, int w, int c,
-                            int kernel, int stride, int pad, int oh_n, int ow_n) {
+template <class S>
+__device__ void max_pool_argmax_body(const typename S::T* x, int* argmax, int batch, int h,
+                                     int w, int c, int kernel, int stride, int pad, int oh_n,
+                                     int ow_n) {
     int total = batch * oh_n * ow_n * c;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int ci = i % c;
@@ -487,7 +735,7 @@ KERNEL void max_pool_argmax(const float* x, int* argmax, int batch, int h, int w
         t /= ow_n;
         int oh = t % oh_n;
         int n = t / oh_n;
-        const float* image = x + (long long)n * h * w * c + ci;
+        const typename S::T* image = x + (long long)n * h * w * c + ci;
         float best = -__int_as_float(0x7f800000);
         int best_at = -1;
         for (int kh = 0; kh < kernel; ++kh) {
@@ -496,7 +744,7 @@ KERNEL void max_pool_argmax(const float* x, int* argmax, int batch, int h, int w
             for (int kw = 0; kw < kernel; ++kw) {
                 int iw = ow * stride + kw - pad;
                 if (iw < 0 || iw >= w) continue;
-                float v = image[(ih * w + iw) * c];
+                float v = S::load(image, (ih * w + iw) * c);
                 if (v > best || best_at < 0) {
                     best = v;
                     best_at = ih * w + iw;
@@ -506,10 +754,19 @@ KERNEL void max_pool_argmax(const float* x, int* argmax, int batch, int h, int w
         argmax[i] = best_at;
     }
 }
+#define MAX_POOL_ARGMAX(NAME, S)                                                           \
+    KERNEL void NAME(const S::T* x, int* argmax, int batch, int h, int w, int c, int kernel, \
+                     int stride, int pad, int oh_n, int ow_n) {                            \
+        max_pool_argmax_body<S>(x, argmax, batch, h, w, c, kernel, stride, pad, oh_n, ow_n); \
+    }
+MAX_POOL_ARGMAX(max_pool_argmax, F32)
+MAX_POOL_ARGMAX(max_pool_argmax_f16, F16)
+MAX_POOL_ARGMAX(max_pool_argmax_bf16, BF16)
 
-KERNEL void max_pool_backward(const int* argmax, const float* dy, float* dx, int batch, int h,
-                              int w, int c, int kernel, int stride, int pad, int oh_n,
-                              int ow_n) {
+template <class S>
+__device__ void max_pool_backward_body(const int* argmax, const typename S::T* dy,
+                                       typename S::T* dx, int batch, int h, int w, int c,
+                                       int kernel, int stride, int pad, int oh_n, int ow_n) {
     int total = batch * h * w * c;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
         int ci = i % c;
@@ -531,25 +788,45 @@ KERNEL void max_pool_backward(const int* argmax, const float* dy, float* dx, int
                 int ow = ow_s / stride;
                 if (ow >= ow_n) continue;
                 int o = ((n * oh_n + oh) * ow_n + ow) * c + ci;
-                if (argmax[o] == here) g += dy[o];
+                if (argmax[o] == here) g += S::load(dy, o);
             }
         }
-        dx[i] = g;
+        S::store(dx, i, g);
     }
 }
+#define MAX_POOL_BACKWARD(NAME, S)                                                         \
+    KERNEL void NAME(const int* argmax, const S::T* dy, S::T* dx, int batch, int h, int w, \
+                     int c, int kernel, int stride, int pad, int oh_n, int ow_n) {         \
+        max_pool_backward_body<S>(argmax, dy, dx, batch, h, w, c, kernel, stride, pad, oh_n, \
+                                  ow_n);                                                   \
+    }
+MAX_POOL_BACKWARD(max_pool_backward, F32)
+MAX_POOL_BACKWARD(max_pool_backward_f16, F16)
+MAX_POOL_BACKWARD(max_pool_backward_bf16, BF16)
 
-KERNEL void global_avg_forward(const float* x, float* y, int batch, int spatial, int c) {
+template <class S>
+__device__ void global_avg_forward_body(const typename S::T* x, typename S::T* y, int batch,
+                                        int spatial, int c) {
     long long total = (long long)batch * c;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     int ci = (int)(i % c);
     long long n = i / c;
     float s = 0.0f;
-    for (int p = 0; p < spatial; ++p) s += x[(n * spatial + p) * c + ci];
-    y[i] = s / (float)spatial;
+    for (int p = 0; p < spatial; ++p) s += S::load(x, (n * spatial + p) * c + ci);
+    S::store(y, i, s / (float)spatial);
 }
+#define GLOBAL_AVG_FORWARD(NAME, S)                                                        \
+    KERNEL void NAME(const S::T* x, S::T* y, int batch, int spatial, int c) {              \
+        global_avg_forward_body<S>(x, y, batch, spatial, c);                               \
+    }
+GLOBAL_AVG_FORWARD(global_avg_forward, F32)
+GLOBAL_AVG_FORWARD(global_avg_forward_f16, F16)
+GLOBAL_AVG_FORWARD(global_avg_forward_bf16, BF16)
 
-KERNEL void global_avg_backward(const float* dy, float* dx, int batch, int spatial, int c) {
+template <class S>
+__device__ void global_avg_backward_body(const typename S::T* dy, typename S::T* dx, int batch,
+                                         int spatial, int c) {
     long long total = (long long)batch * spatial * c;
     float inv = 1.0f / (float)spatial;
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -557,9 +834,16 @@ KERNEL void global_avg_backward(const float* dy, float* dx, int batch, int spati
     for (; i < total; i += step) {
         int ci = (int)(i % c);
         long long n = i / ((long long)spatial * c);
-        dx[i] = dy[n * c + ci] * inv;
+        S::store(dx, i, S::load(dy, n * c + ci) * inv);
     }
 }
+#define GLOBAL_AVG_BACKWARD(NAME, S)                                                       \
+    KERNEL void NAME(const S::T* dy, S::T* dx, int batch, int spatial, int c) {            \
+        global_avg_backward_body<S>(dy, dx, batch, spatial, c);                            \
+    }
+GLOBAL_AVG_BACKWARD(global_avg_backward, F32)
+GLOBAL_AVG_BACKWARD(global_avg_backward_f16, F16)
+GLOBAL_AVG_BACKWARD(global_avg_backward_bf16, BF16)
 
 // ---------------------------------------------------------------- fully connected helpers
 

@@ -5,6 +5,12 @@
 //! Convolutions are im2col + GEMM (1×1 stride-1 convolutions are a GEMM alone), in
 //! chunks of whole images so the column buffer stays bounded; the backward-data pass
 //! gathers instead of scattering, so every kernel is deterministic and atomic-free.
+//!
+//! A backend made [`GpuBackend::with_precision`] a 16-bit format stores activations and
+//! activation gradients in it, as [`HalfStorageCpu`](super::half_storage::HalfStorageCpu)
+//! does on the CPU: each buffer carries the format its contents are in, ops convert an
+//! operand that arrives in another format, and parameters, their gradients, batch-norm
+//! statistics, logits and the loss stay f32.
 
 /// The symbols of `list` that `library` (a cudarc or rocmrc library handle) lacks, so a
 /// driver can refuse to start instead of panicking at its first call of one.
@@ -36,11 +42,13 @@ use super::{
     Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved, Conv2dParams,
     CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
 };
-use crate::engine::{EngineError, Result};
+use crate::engine::{EngineError, Precision, Result};
 use driver::{
-    DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, Transpose,
+    DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, GemmTypes, GpuDriver, KernelArg, LaunchShape,
+    Transpose,
 };
 use pool::DevicePool;
+use source::storage_kernel;
 
 /// Column-buffer budget of one im2col chunk, in elements (512 MiB of f32).
 pub const IM2COL_BUDGET_ELEMS: usize = 1 << 27;
@@ -48,13 +56,15 @@ pub const IM2COL_BUDGET_ELEMS: usize = 1 << 27;
 /// Device memory kept for reuse between steps.
 pub const DEFAULT_CACHE_LIMIT_BYTES: usize = 64 << 30;
 
-/// f32 elements on the device.
+/// `len` elements on the device, in the format `storage` says (f32 unless an op of a
+/// 16-bit backend wrote them). The memory always has room for `len` f32 values.
 #[derive(Debug)]
 pub struct GpuBuffer {
     ptr: DevicePtr,
     len: usize,
     class: usize,
     pool: Arc<DevicePool>,
+    storage: Precision,
 }
 
 impl GpuBuffer {
@@ -70,8 +80,52 @@ impl GpuBuffer {
         self.len == 0
     }
 
+    /// The format the elements are stored in.
+    pub fn storage(&self) -> Precision {
+        self.storage
+    }
+
     fn at(&self, elems: usize) -> DevicePtr {
-        self.ptr.offset(elems * 4)
+        self.at_in(elems, self.storage)
+    }
+
+    /// The address of element `elems` when the buffer holds (or is about to hold) `format`.
+    fn at_in(&self, elems: usize, format: Precision) -> DevicePtr {
+        self.ptr.offset(elems * element_bytes(format))
+    }
+}
+
+fn element_bytes(format: Precision) -> usize {
+    if format.is_reduced() {
+        2
+    } else {
+        4
+    }
+}
+
+/// The suffix of a 16-bit format's conversion kernels (`store_f16`, `load_bf16`).
+fn format_suffix(format: Precision) -> &'static str {
+    match format {
+        Precision::Fp32 => "f32",
+        Precision::Fp16 => "f16",
+        Precision::Bf16 => "bf16",
+    }
+}
+
+/// An operand in the format an op needs: the caller's buffer, or a converted copy.
+enum Operand<'a> {
+    Borrowed(&'a GpuBuffer),
+    Converted(GpuBuffer),
+}
+
+impl std::ops::Deref for Operand<'_> {
+    type Target = GpuBuffer;
+
+    fn deref(&self) -> &GpuBuffer {
+        match self {
+            Operand::Borrowed(b) => b,
+            Operand::Converted(b) => b,
+        }
     }
 }
 
@@ -88,6 +142,8 @@ pub struct GpuBackend {
     profile: Option<Arc<Profile>>,
     /// Whether non-pointwise convolutions go through the driver's DNN library.
     dnn: bool,
+    /// The format activations are stored in.
+    precision: Precision,
 }
 
 /// Device time per kernel and GEMM, gathered by synchronising around every launch: slow,
@@ -139,6 +195,102 @@ impl GpuBackend {
             name,
             profile: None,
             dnn,
+            precision: Precision::Fp32,
+        }
+    }
+
+    /// The same device storing activations and activation gradients in `precision`.
+    pub fn with_precision(&self, precision: Precision) -> Self {
+        GpuBackend {
+            precision,
+            name: match precision {
+                Precision::Fp32 => self.name.clone(),
+                _ => format!("{} ({precision})", self.base_name()),
+            },
+            ..self.clone()
+        }
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    fn base_name(&self) -> &str {
+        self.name.split(" (").next().unwrap_or(&self.name)
+    }
+
+    /// `buf` in `format`: itself when it is already, else a converted copy.
+    fn in_format<'a>(&self, buf: &'a GpuBuffer, format: Precision) -> Result<Operand<'a>> {
+        if buf.storage == format {
+            return Ok(Operand::Borrowed(buf));
+        }
+        if buf.storage.is_reduced() && format.is_reduced() {
+            let wide = self.in_format(buf, Precision::Fp32)?;
+            return Ok(Operand::Converted(self.convert(&wide, format)?));
+        }
+        Ok(Operand::Converted(self.convert(buf, format)?))
+    }
+
+    /// A copy of `buf` (f32 or 16-bit) in `format` (16-bit or f32, the other one).
+    fn convert(&self, buf: &GpuBuffer, format: Precision) -> Result<GpuBuffer> {
+        let mut out = self.alloc(buf.len)?;
+        self.convert_into(buf, &mut out, format)?;
+        Ok(out)
+    }
+
+    fn convert_into(&self, src: &GpuBuffer, dst: &mut GpuBuffer, format: Precision) -> Result<()> {
+        let kernel = if format.is_reduced() {
+            format!("store_{}", format_suffix(format))
+        } else {
+            format!("load_{}", format_suffix(src.storage))
+        };
+        self.elementwise(
+            &kernel,
+            src.len,
+            &[
+                KernelArg::Ptr(src.ptr),
+                KernelArg::Ptr(dst.ptr),
+                i64_arg(src.len),
+            ],
+        )?;
+        dst.storage = format;
+        Ok(())
+    }
+
+    /// An activation operand as f32 values at this backend's storage precision: a 16-bit
+    /// buffer widened (exactly), or an f32 buffer rounded through the 16-bit format.
+    fn stored_as_f32<'a>(&self, buf: &'a GpuBuffer) -> Result<Operand<'a>> {
+        if buf.storage == Precision::Fp32 && self.precision.is_reduced() {
+            let mut copy = self.alloc(buf.len)?;
+            self.copy(buf, &mut copy)?;
+            self.round_to_storage(&copy)?;
+            return Ok(Operand::Converted(copy));
+        }
+        self.in_format(buf, Precision::Fp32)
+    }
+
+    /// Rounds the f32 values of `buf` to this backend's 16-bit format, as a 16-bit result
+    /// turned into f32 is (a weight gradient, an activation left in f32).
+    fn round_to_storage(&self, buf: &GpuBuffer) -> Result<()> {
+        if !self.precision.is_reduced() {
+            return Ok(());
+        }
+        self.elementwise(
+            &format!("round_{}", format_suffix(self.precision)),
+            buf.len,
+            &[KernelArg::Ptr(buf.ptr), i64_arg(buf.len)],
+        )
+    }
+
+    /// For ops that compute in f32 only: `buf` must hold f32.
+    fn require_f32(&self, op: &'static str, what: &'static str, buf: &GpuBuffer) -> Result<()> {
+        if buf.storage == Precision::Fp32 {
+            Ok(())
+        } else {
+            Err(EngineError::InvalidParameter {
+                op,
+                reason: format!("{what} holds {} values; this op takes f32", buf.storage),
+            })
         }
     }
 
@@ -244,12 +396,35 @@ impl GpuBackend {
         self.launch(kernel, launch::elementwise(n.div_ceil(4)), args)
     }
 
-    /// Weights in the DNN library's order (output channel slowest).
-    fn weights_for_dnn(&self, p: &Conv2dParams, w: &GpuBuffer) -> Result<GpuBuffer> {
-        let out = self.alloc(p.weight_len())?;
+    /// The element-wise kernel `f32_kernel` (four f32 elements per thread) or its 16-bit
+    /// form (one element per thread) for buffers in `format`.
+    fn storage_elementwise(
+        &self,
+        f32_kernel: &str,
+        format: Precision,
+        n: usize,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        if format.is_reduced() {
+            self.elementwise(&storage_kernel(f32_kernel, format), n, args)
+        } else {
+            self.elementwise_vec4(f32_kernel, n, args)
+        }
+    }
+
+    /// Weights in the DNN library's order (output channel slowest) and in `format`.
+    fn weights_for_dnn(
+        &self,
+        p: &Conv2dParams,
+        w: &GpuBuffer,
+        format: Precision,
+    ) -> Result<GpuBuffer> {
+        self.require_f32("conv2d", "w", w)?;
+        let mut out = self.alloc(p.weight_len())?;
+        out.storage = format;
         dims_fit_i32("conv2d", &[p.weight_len()])?;
         self.elementwise(
-            "hwio_to_ohwi",
+            &storage_kernel("hwio_to_ohwi", format),
             p.weight_len(),
             &[
                 KernelArg::Ptr(w.ptr),
@@ -301,6 +476,7 @@ impl GpuBackend {
         Ok((images, col))
     }
 
+    /// The column matrix of `images` images from `first`, in x's format.
     fn im2col(
         &self,
         p: &Conv2dParams,
@@ -313,7 +489,7 @@ impl GpuBackend {
         let total = images * p.out_h() * p.out_w() * k;
         let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(col.ptr)];
         args.extend(Self::conv_args(p, first, images));
-        self.elementwise("im2col", total, &args)
+        self.elementwise(&storage_kernel("im2col", x.storage), total, &args)
     }
 }
 
@@ -367,6 +543,7 @@ impl Backend for GpuBackend {
             len,
             class,
             pool: self.pool.clone(),
+            storage: Precision::Fp32,
         })
     }
 
@@ -403,6 +580,7 @@ impl Backend for GpuBackend {
         if host.is_empty() {
             return self.synchronize();
         }
+        let buf = self.in_format(buf, Precision::Fp32)?;
         self.driver()
             .copy_to_host(as_bytes_mut(host), buf.ptr)
             .map_err(|e| self.device(e))
@@ -415,16 +593,18 @@ impl Backend for GpuBackend {
     fn copy(&self, src: &GpuBuffer, dst: &mut GpuBuffer) -> Result<()> {
         self.check("copy", "source", src, src.len)?;
         self.check("copy", "destination", dst, src.len)?;
+        dst.storage = src.storage;
         if src.len == 0 {
             return Ok(());
         }
         self.driver()
-            .copy_on_device(dst.ptr, src.ptr, src.len * 4)
+            .copy_on_device(dst.ptr, src.ptr, src.len * element_bytes(src.storage))
             .map_err(|e| self.device(e))
     }
 
     fn fill(&self, buf: &mut GpuBuffer, value: f32) -> Result<()> {
         self.check("fill", "buffer", buf, buf.len)?;
+        buf.storage = Precision::Fp32;
         self.elementwise_vec4(
             "fill_f32",
             buf.len,
@@ -448,19 +628,21 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "w", w, p.weight_len())?;
         self.check(OP, "y", y, p.output_len())?;
+        self.require_f32(OP, "w", w)?;
+        let s = self.precision;
+        let x = self.in_format(x, s)?;
+        y.storage = s;
         let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
         if p.is_pointwise() {
-            return self.gemm(conv_gemm::forward(
-                p,
-                p.batch * rows_per_image,
-                x.ptr,
-                w.ptr,
-                y.ptr,
-            ));
+            let w = self.in_format(w, s)?;
+            return self.gemm(
+                conv_gemm::forward(p, p.batch * rows_per_image, x.ptr, w.ptr, y.ptr)
+                    .with_types(s, s),
+            );
         }
         if self.dnn {
-            let w_dnn = self.weights_for_dnn(p, w)?;
+            let w_dnn = self.weights_for_dnn(p, w, s)?;
             return self.dnn_conv(
                 "cudnn forward",
                 DnnConv {
@@ -469,20 +651,25 @@ impl Backend for GpuBackend {
                     x: x.ptr,
                     w: w_dnn.ptr,
                     y: y.ptr,
+                    dtype: s,
                 },
             );
         }
+        let w = self.in_format(w, s)?;
         let (chunk, col) = self.conv_chunks(p)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
-            self.im2col(p, x, &col, first, images)?;
-            self.gemm(conv_gemm::forward(
-                p,
-                images * rows_per_image,
-                col.ptr,
-                w.ptr,
-                y.at(first * rows_per_image * cout),
-            ))?;
+            self.im2col(p, &x, &col, first, images)?;
+            self.gemm(
+                conv_gemm::forward(
+                    p,
+                    images * rows_per_image,
+                    col.ptr,
+                    w.ptr,
+                    y.at(first * rows_per_image * cout),
+                )
+                .with_types(s, s),
+            )?;
         }
         Ok(())
     }
@@ -499,19 +686,21 @@ impl Backend for GpuBackend {
         self.check(OP, "dy", dy, p.output_len())?;
         self.check(OP, "w", w, p.weight_len())?;
         self.check(OP, "dx", dx, p.input_len())?;
+        self.require_f32(OP, "w", w)?;
+        let s = self.precision;
+        let dy = self.in_format(dy, s)?;
+        dx.storage = s;
         let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
         if p.is_pointwise() {
-            return self.gemm(conv_gemm::backward_data(
-                p,
-                p.batch * rows_per_image,
-                dy.ptr,
-                w.ptr,
-                dx.ptr,
-            ));
+            let w = self.in_format(w, s)?;
+            return self.gemm(
+                conv_gemm::backward_data(p, p.batch * rows_per_image, dy.ptr, w.ptr, dx.ptr)
+                    .with_types(s, s),
+            );
         }
         if self.dnn {
-            let w_dnn = self.weights_for_dnn(p, w)?;
+            let w_dnn = self.weights_for_dnn(p, w, s)?;
             return self.dnn_conv(
                 "cudnn backward data",
                 DnnConv {
@@ -520,24 +709,30 @@ impl Backend for GpuBackend {
                     x: dx.ptr,
                     w: w_dnn.ptr,
                     y: dy.ptr,
+                    dtype: s,
                 },
             );
         }
+        let w = self.in_format(w, s)?;
+        // The column gradient stays f32 so that col2im sums before the one rounding.
         let (chunk, dcol) = self.conv_chunks(p)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
-            self.gemm(conv_gemm::backward_data(
-                p,
-                images * rows_per_image,
-                dy.at(first * rows_per_image * cout),
-                w.ptr,
-                dcol.ptr,
-            ))?;
+            self.gemm(
+                conv_gemm::backward_data(
+                    p,
+                    images * rows_per_image,
+                    dy.at(first * rows_per_image * cout),
+                    w.ptr,
+                    dcol.ptr,
+                )
+                .with_types(s, Precision::Fp32),
+            )?;
             let total = images * p.in_h * p.in_w * p.in_c;
             dims_fit_i32(OP, &[total])?;
             let mut args = vec![KernelArg::Ptr(dcol.ptr), KernelArg::Ptr(dx.ptr)];
             args.extend(Self::conv_args(p, first, images));
-            self.elementwise("col2im", total, &args)?;
+            self.elementwise(&storage_kernel("col2im", s), total, &args)?;
         }
         Ok(())
     }
@@ -554,20 +749,31 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "dy", dy, p.output_len())?;
         self.check(OP, "dw", dw, p.weight_len())?;
+        let s = self.precision;
+        let x = self.in_format(x, s)?;
+        let dy = self.in_format(dy, s)?;
+        dw.storage = Precision::Fp32;
         let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
+        // 16-bit products accumulate in an f32 dw, rounded once at the end, as the
+        // gradient of a 16-bit convolution is before it reaches the f32 master weight.
         if p.is_pointwise() {
-            return self.gemm(conv_gemm::backward_filter(
-                p,
-                p.batch * rows_per_image,
-                x.ptr,
-                dy.ptr,
-                dw.ptr,
-                false,
-            ));
+            self.gemm(
+                conv_gemm::backward_filter(
+                    p,
+                    p.batch * rows_per_image,
+                    x.ptr,
+                    dy.ptr,
+                    dw.ptr,
+                    false,
+                )
+                .with_types(s, Precision::Fp32),
+            )?;
+            return self.round_to_storage(dw);
         }
         if self.dnn {
-            let dw_dnn = self.alloc(p.weight_len())?;
+            let mut dw_dnn = self.alloc(p.weight_len())?;
+            dw_dnn.storage = s;
             self.dnn_conv(
                 "cudnn backward filter",
                 DnnConv {
@@ -576,11 +782,12 @@ impl Backend for GpuBackend {
                     x: x.ptr,
                     w: dw_dnn.ptr,
                     y: dy.ptr,
+                    dtype: s,
                 },
             )?;
             dims_fit_i32(OP, &[p.weight_len()])?;
             return self.elementwise(
-                "ohwi_to_hwio",
+                &storage_kernel("ohwi_to_hwio", s),
                 p.weight_len(),
                 &[
                     KernelArg::Ptr(dw_dnn.ptr),
@@ -594,17 +801,20 @@ impl Backend for GpuBackend {
         let (chunk, col) = self.conv_chunks(p)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
-            self.im2col(p, x, &col, first, images)?;
-            self.gemm(conv_gemm::backward_filter(
-                p,
-                images * rows_per_image,
-                col.ptr,
-                dy.at(first * rows_per_image * cout),
-                dw.ptr,
-                first > 0,
-            ))?;
+            self.im2col(p, &x, &col, first, images)?;
+            self.gemm(
+                conv_gemm::backward_filter(
+                    p,
+                    images * rows_per_image,
+                    col.ptr,
+                    dy.at(first * rows_per_image * cout),
+                    dw.ptr,
+                    first > 0,
+                )
+                .with_types(s, Precision::Fp32),
+            )?;
         }
-        Ok(())
+        self.round_to_storage(dw)
     }
 
     fn batch_norm_forward_train(
@@ -676,10 +886,12 @@ impl Backend for GpuBackend {
         self.bn_backward(p, x, Some(y), dy, gamma, saved, dx, grads)
     }
 
+    /// In place, in whatever format x holds (ReLU selects stored values).
     fn relu_forward(&self, x: &mut GpuBuffer) -> Result<()> {
         self.check("relu_forward", "x", x, x.len)?;
-        self.elementwise_vec4(
+        self.storage_elementwise(
             "relu_forward",
+            x.storage,
             x.len,
             &[KernelArg::Ptr(x.ptr), i64_arg(x.len)],
         )
@@ -688,8 +900,10 @@ impl Backend for GpuBackend {
     fn relu_backward(&self, y: &GpuBuffer, dy: &mut GpuBuffer) -> Result<()> {
         self.check("relu_backward", "y", y, y.len)?;
         self.check("relu_backward", "dy", dy, y.len)?;
-        self.elementwise_vec4(
+        let y = self.in_format(y, dy.storage)?;
+        self.storage_elementwise(
             "relu_backward",
+            dy.storage,
             y.len,
             &[
                 KernelArg::Ptr(y.ptr),
@@ -705,8 +919,10 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "y", y, p.output_len())?;
         dims_fit_i32(OP, &[p.batch, p.in_h, p.in_w, p.channels])?;
+        let x = self.in_format(x, self.precision)?;
+        y.storage = self.precision;
         self.elementwise(
-            "max_pool_forward",
+            &storage_kernel("max_pool_forward", self.precision),
             p.output_len(),
             &[
                 KernelArg::Ptr(x.ptr),
@@ -737,6 +953,10 @@ impl Backend for GpuBackend {
         self.check(OP, "dy", dy, p.output_len())?;
         self.check(OP, "dx", dx, p.input_len())?;
         dims_fit_i32(OP, &[p.input_len(), p.output_len()])?;
+        let s = self.precision;
+        let x = self.in_format(x, s)?;
+        let dy = self.in_format(dy, s)?;
+        dx.storage = s;
         let shape_args = [
             i32_arg(p.batch),
             i32_arg(p.in_h),
@@ -752,14 +972,18 @@ impl Backend for GpuBackend {
         let argmax = self.alloc(p.output_len())?;
         let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(argmax.ptr)];
         args.extend(shape_args);
-        self.elementwise("max_pool_argmax", p.output_len(), &args)?;
+        self.elementwise(&storage_kernel("max_pool_argmax", s), p.output_len(), &args)?;
         let mut args = vec![
             KernelArg::Ptr(argmax.ptr),
             KernelArg::Ptr(dy.ptr),
             KernelArg::Ptr(dx.ptr),
         ];
         args.extend(shape_args);
-        self.elementwise("max_pool_backward", p.input_len(), &args)
+        self.elementwise(
+            &storage_kernel("max_pool_backward", s),
+            p.input_len(),
+            &args,
+        )
     }
 
     fn global_avg_pool_forward(
@@ -773,8 +997,11 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, p.batch * p.spatial * p.channels)?;
         self.check(OP, "y", y, p.batch * p.channels)?;
         dims_fit_i32(OP, &[p.batch, p.spatial, p.channels])?;
+        let s = self.precision;
+        let x = self.in_format(x, s)?;
+        y.storage = s;
         self.launch(
-            "global_avg_forward",
+            &storage_kernel("global_avg_forward", s),
             launch::one_thread_each(p.batch * p.channels),
             &[
                 KernelArg::Ptr(x.ptr),
@@ -797,8 +1024,11 @@ impl Backend for GpuBackend {
         self.check(OP, "dy", dy, p.batch * p.channels)?;
         self.check(OP, "dx", dx, p.batch * p.spatial * p.channels)?;
         dims_fit_i32(OP, &[p.batch, p.spatial, p.channels])?;
+        let s = self.precision;
+        let dy = self.in_format(dy, s)?;
+        dx.storage = s;
         self.elementwise(
-            "global_avg_backward",
+            &storage_kernel("global_avg_backward", s),
             p.batch * p.spatial * p.channels,
             &[
                 KernelArg::Ptr(dy.ptr),
@@ -826,6 +1056,11 @@ impl Backend for GpuBackend {
         self.check(OP, "b", b, fout)?;
         self.check(OP, "y", y, batch * fout)?;
         dims_fit_i32(OP, &[fout])?;
+        self.require_f32(OP, "w", w)?;
+        self.require_f32(OP, "b", b)?;
+        // The classifier is f32: its input is widened, its logits are f32.
+        let x = self.stored_as_f32(x)?;
+        y.storage = Precision::Fp32;
         self.elementwise(
             "broadcast_rows",
             batch * fout,
@@ -850,6 +1085,7 @@ impl Backend for GpuBackend {
             ldc: fout,
             alpha: 1.0,
             beta: 1.0,
+            types: GemmTypes::F32,
         })
     }
 
@@ -872,6 +1108,11 @@ impl Backend for GpuBackend {
         self.check(OP, "dw", dw, fout * fin)?;
         self.check(OP, "db", db, fout)?;
         dims_fit_i32(OP, &[fout])?;
+        self.require_f32(OP, "w", w)?;
+        let x = self.stored_as_f32(x)?;
+        let dy = self.in_format(dy, Precision::Fp32)?;
+        dw.storage = Precision::Fp32;
+        db.storage = Precision::Fp32;
         self.gemm(Gemm {
             m: fout,
             n: fin,
@@ -886,6 +1127,7 @@ impl Backend for GpuBackend {
             ldc: fin,
             alpha: 1.0,
             beta: 0.0,
+            types: GemmTypes::F32,
         })?;
         self.launch(
             "column_sums",
@@ -899,6 +1141,15 @@ impl Backend for GpuBackend {
         )?;
         if let Some(dx) = dx {
             self.check(OP, "dx", dx, batch * fin)?;
+            // The input gradient is an activation gradient: computed in f32, then stored in
+            // the activation format.
+            let wide = if self.precision.is_reduced() {
+                Some(self.alloc(batch * fin)?)
+            } else {
+                None
+            };
+            dx.storage = Precision::Fp32;
+            let target = wide.as_ref().unwrap_or(dx);
             self.gemm(Gemm {
                 m: batch,
                 n: fin,
@@ -909,11 +1160,15 @@ impl Backend for GpuBackend {
                 b: w.ptr,
                 ldb: fin,
                 trans_b: Transpose::No,
-                c: dx.ptr,
+                c: target.ptr,
                 ldc: fin,
                 alpha: 1.0,
                 beta: 0.0,
+                types: GemmTypes::F32,
             })?;
+            if let Some(wide) = wide {
+                self.convert_into(&wide, dx, self.precision)?;
+            }
         }
         Ok(())
     }
@@ -933,6 +1188,10 @@ impl Backend for GpuBackend {
         self.check(OP, "loss", loss, 1)?;
         self.check(OP, "correct", correct, p.batch)?;
         dims_fit_i32(OP, &[p.batch, p.classes])?;
+        let logits = self.in_format(logits, Precision::Fp32)?;
+        self.require_f32(OP, "labels", labels)?;
+        loss.storage = Precision::Fp32;
+        correct.storage = Precision::Fp32;
         let count = self.alloc(1)?;
         self.launch(
             "ce_count_valid",
@@ -981,6 +1240,9 @@ impl Backend for GpuBackend {
         self.check(OP, "labels", labels, p.batch)?;
         self.check(OP, "dlogits", dlogits, p.batch * p.classes)?;
         dims_fit_i32(OP, &[p.batch, p.classes])?;
+        let logits = self.in_format(logits, Precision::Fp32)?;
+        self.require_f32(OP, "labels", labels)?;
+        dlogits.storage = Precision::Fp32;
         let count = self.alloc(1)?;
         self.launch(
             "ce_count_valid",
@@ -1005,12 +1267,17 @@ impl Backend for GpuBackend {
         )
     }
 
+    /// An activation sum: in the activation format.
     fn add(&self, a: &GpuBuffer, b: &GpuBuffer, out: &mut GpuBuffer) -> Result<()> {
         self.check("add", "a", a, a.len)?;
         self.check("add", "second operand", b, a.len)?;
         self.check("add", "out", out, a.len)?;
-        self.elementwise_vec4(
+        let s = self.precision;
+        let (a, b) = (self.in_format(a, s)?, self.in_format(b, s)?);
+        out.storage = s;
+        self.storage_elementwise(
             "add_f32",
+            s,
             a.len,
             &[
                 KernelArg::Ptr(a.ptr),
@@ -1021,22 +1288,30 @@ impl Backend for GpuBackend {
         )
     }
 
+    /// In dst's format; an f32 dst of a 16-bit backend is rounded after, as an activation.
     fn add_assign(&self, dst: &mut GpuBuffer, src: &GpuBuffer) -> Result<()> {
         self.check("add_assign", "dst", dst, dst.len)?;
         self.check("add_assign", "src", src, dst.len)?;
-        self.elementwise_vec4(
+        let src = self.in_format(src, dst.storage)?;
+        self.storage_elementwise(
             "add_assign_f32",
+            dst.storage,
             dst.len,
             &[
                 KernelArg::Ptr(dst.ptr),
                 KernelArg::Ptr(src.ptr),
                 i64_arg(dst.len),
             ],
-        )
+        )?;
+        if dst.storage == Precision::Fp32 {
+            self.round_to_storage(dst)?;
+        }
+        Ok(())
     }
 
     fn scale(&self, x: &mut GpuBuffer, alpha: f32) -> Result<()> {
         self.check("scale", "x", x, x.len)?;
+        self.require_f32("scale", "x", x)?;
         self.elementwise_vec4(
             "scale_f32",
             x.len,
@@ -1047,6 +1322,8 @@ impl Backend for GpuBackend {
     fn axpy(&self, alpha: f32, x: &GpuBuffer, y: &mut GpuBuffer) -> Result<()> {
         self.check("axpy", "x", x, x.len)?;
         self.check("axpy", "y", y, x.len)?;
+        self.require_f32("axpy", "y", y)?;
+        let x = self.in_format(x, Precision::Fp32)?;
         self.elementwise_vec4(
             "axpy_f32",
             x.len,
@@ -1072,6 +1349,9 @@ impl Backend for GpuBackend {
         self.check(OP, "w", w, w.len)?;
         self.check(OP, "g", g, w.len)?;
         self.check(OP, "b", b, w.len)?;
+        self.require_f32(OP, "w", w)?;
+        self.require_f32(OP, "b", b)?;
+        let g = self.in_format(g, Precision::Fp32)?;
         self.elementwise_vec4(
             "momentum_update",
             w.len,
@@ -1098,6 +1378,8 @@ impl Backend for GpuBackend {
                 got: out.len,
             });
         }
+        self.require_f32("sum_squares", "out", out)?;
+        let x = self.in_format(x, Precision::Fp32)?;
         let shape = launch::reduction(x.len);
         let partials = self.alloc(shape.grid.0 as usize)?;
         self.launch(
@@ -1123,6 +1405,7 @@ impl Backend for GpuBackend {
 
     fn has_non_finite(&self, x: &GpuBuffer) -> Result<bool> {
         self.check("has_non_finite", "x", x, x.len)?;
+        let x = self.in_format(x, Precision::Fp32)?;
         let flag = self.zeros(1)?;
         self.elementwise(
             "non_finite_flag",
@@ -1158,11 +1441,13 @@ impl GpuBackend {
         self.check(OP, "saved mean", &saved.mean, c)?;
         self.check(OP, "saved inv_std", &saved.inv_std, c)?;
         dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
+        let s = self.precision;
+        let x = self.in_format(x, s)?;
         let slabs = launch::bn_slabs(rows);
         let p1 = self.alloc(slabs * c)?;
         let p2 = self.alloc(slabs * c)?;
         self.launch(
-            "bn_partial_sums",
+            &storage_kernel("bn_partial_sums", s),
             launch::bn_partials(rows, c),
             &[
                 KernelArg::Ptr(x.ptr),
@@ -1180,7 +1465,7 @@ impl GpuBackend {
         let scale = self.alloc(c)?;
         let shift = self.alloc(c)?;
         self.launch(
-            "bn_forward_finalize",
+            &storage_kernel("bn_forward_finalize", s),
             launch::one_thread_each(c),
             &[
                 KernelArg::Ptr(p1.ptr),
@@ -1201,7 +1486,7 @@ impl GpuBackend {
                 KernelArg::Ptr(shift.ptr),
             ],
         )?;
-        self.channel_affine(x, &scale, &shift, y, rows, c, relu)
+        self.channel_affine(&x, &scale, &shift, y, rows, c, relu)
     }
 
     fn bn_forward_eval(
@@ -1219,6 +1504,7 @@ impl GpuBackend {
         self.check(OP, "y", y, rows * c)?;
         self.check_bn(OP, bn, c)?;
         dims_fit_i32(OP, &[c])?;
+        let x = self.in_format(x, self.precision)?;
         let scale = self.alloc(c)?;
         let shift = self.alloc(c)?;
         self.launch(
@@ -1235,7 +1521,7 @@ impl GpuBackend {
                 KernelArg::Ptr(shift.ptr),
             ],
         )?;
-        self.channel_affine(x, &scale, &shift, y, rows, c, relu)
+        self.channel_affine(&x, &scale, &shift, y, rows, c, relu)
     }
 
     /// The batch-norm backward, through the ReLU whose output was `relu_out` when given.
@@ -1266,11 +1552,20 @@ impl GpuBackend {
             self.check(OP, "relu output", y, rows * c)?;
         }
         dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
+        let s = self.precision;
+        let x = self.in_format(x, s)?;
+        let dy = self.in_format(dy, s)?;
+        let relu_out = match relu_out {
+            Some(y) => Some(self.in_format(y, s)?),
+            None => None,
+        };
+        let relu_out = relu_out.as_deref();
+        dx.storage = s;
         let slabs = launch::bn_slabs(rows);
         let p1 = self.alloc(slabs * c)?;
         let p2 = self.alloc(slabs * c)?;
         self.launch(
-            "bn_partial_sums",
+            &storage_kernel("bn_partial_sums", s),
             launch::bn_partials(rows, c),
             &[
                 KernelArg::Ptr(x.ptr),
@@ -1323,7 +1618,7 @@ impl GpuBackend {
         } else {
             "bn_backward_dx"
         };
-        self.elementwise(kernel, rows * c, &args)
+        self.elementwise(&storage_kernel(kernel, s), rows * c, &args)
     }
 
     fn check_bn(&self, op: &'static str, bn: &BatchNormBuffers<GpuBuffer>, c: usize) -> Result<()> {
@@ -1345,12 +1640,14 @@ impl GpuBackend {
         relu: bool,
     ) -> Result<()> {
         dims_fit_i32("batch_norm", &[rows * c])?;
+        y.storage = x.storage;
+        let kernel = if relu {
+            "channel_affine_relu"
+        } else {
+            "channel_affine"
+        };
         self.elementwise(
-            if relu {
-                "channel_affine_relu"
-            } else {
-                "channel_affine"
-            },
+            &storage_kernel(kernel, x.storage),
             rows * c,
             &[
                 KernelArg::Ptr(x.ptr),

@@ -57,6 +57,51 @@ pub const KERNEL_NAMES: &[&str] = &[
     "ce_forward",
     "ce_mean",
     "ce_backward",
+    // 16-bit activations: conversions, then a form of each activation kernel per format.
+    "store_f16",
+    "store_bf16",
+    "load_f16",
+    "load_bf16",
+    "round_f16",
+    "round_bf16",
+    "add_f16",
+    "add_bf16",
+    "add_assign_f16",
+    "add_assign_bf16",
+    "relu_forward_f16",
+    "relu_forward_bf16",
+    "relu_backward_f16",
+    "relu_backward_bf16",
+    "im2col_f16",
+    "im2col_bf16",
+    "col2im_f16",
+    "col2im_bf16",
+    "hwio_to_ohwi_f16",
+    "hwio_to_ohwi_bf16",
+    "ohwi_to_hwio_f16",
+    "ohwi_to_hwio_bf16",
+    "bn_partial_sums_f16",
+    "bn_partial_sums_bf16",
+    "bn_forward_finalize_f16",
+    "bn_forward_finalize_bf16",
+    "channel_affine_f16",
+    "channel_affine_bf16",
+    "channel_affine_relu_f16",
+    "channel_affine_relu_bf16",
+    "bn_backward_dx_f16",
+    "bn_backward_dx_bf16",
+    "bn_backward_dx_relu_f16",
+    "bn_backward_dx_relu_bf16",
+    "max_pool_forward_f16",
+    "max_pool_forward_bf16",
+    "max_pool_argmax_f16",
+    "max_pool_argmax_bf16",
+    "max_pool_backward_f16",
+    "max_pool_backward_bf16",
+    "global_avg_forward_f16",
+    "global_avg_forward_bf16",
+    "global_avg_backward_f16",
+    "global_avg_backward_bf16",
 ];
 
 /// The complete translation unit for `dialect`.
@@ -68,14 +113,49 @@ pub fn assemble(dialect: Dialect) -> String {
     format!("{prelude}#line 1 \"kernels.cu\"\n{KERNELS}")
 }
 
-/// The names of the entry points the source defines, in order of appearance.
+/// The names of the entry points the source defines, in order of appearance: each
+/// `KERNEL void name(`, and each line `X(name, …)` invoking an entry macro, one defined as
+/// `#define X(NAME, …)` whose body is `KERNEL void NAME(…)`.
 pub fn defined_kernels(source: &str) -> Vec<&str> {
-    source
-        .split("KERNEL void ")
-        .skip(1)
-        .filter_map(|rest| rest.split('(').next())
-        .map(str::trim)
-        .collect()
+    let entry_macros: Vec<&str> = source
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("#define "))
+        .filter_map(|rest| rest.split_once("(NAME,").map(|(name, _)| name.trim()))
+        .collect();
+    let mut names = Vec::new();
+    for line in source.lines() {
+        let line = line.trim_start();
+        if let Some(rest) = line.strip_prefix("KERNEL void ") {
+            if let Some(name) = rest.split('(').next().map(str::trim) {
+                if name != "NAME" {
+                    names.push(name);
+                }
+            }
+            continue;
+        }
+        for entry in &entry_macros {
+            let invoked = line
+                .strip_prefix(entry)
+                .and_then(|rest| rest.strip_prefix('('))
+                .and_then(|rest| rest.split(',').next());
+            if let Some(name) = invoked {
+                names.push(name.trim());
+            }
+        }
+    }
+    names
+}
+
+/// The name of the kernel `f32_name` for activations stored as `precision`: the f32 kernel
+/// itself, or its 16-bit form (`relu_forward` → `relu_forward_f16`, `add_f32` → `add_bf16`).
+pub fn storage_kernel(f32_name: &str, precision: crate::engine::Precision) -> String {
+    use crate::engine::Precision;
+    let base = f32_name.strip_suffix("_f32").unwrap_or(f32_name);
+    match precision {
+        Precision::Fp32 => f32_name.to_string(),
+        Precision::Fp16 => format!("{base}_f16"),
+        Precision::Bf16 => format!("{base}_bf16"),
+    }
 }
 
 #[cfg(test)]
@@ -96,6 +176,50 @@ mod tests {
                 "{name} is defined but never launched"
             );
         }
+    }
+
+    #[test]
+    fn every_16_bit_form_is_named_after_its_f32_kernel() {
+        use crate::engine::Precision;
+        assert_eq!(
+            storage_kernel("relu_forward", Precision::Fp32),
+            "relu_forward"
+        );
+        assert_eq!(storage_kernel("add_f32", Precision::Fp16), "add_f16");
+        assert_eq!(storage_kernel("im2col", Precision::Bf16), "im2col_bf16");
+        let sixteen: Vec<&&str> = KERNEL_NAMES
+            .iter()
+            .filter(|n| n.ends_with("_f16") || n.ends_with("_bf16"))
+            .collect();
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            for name in &sixteen {
+                let Some(base) = name
+                    .strip_suffix("_bf16")
+                    .or_else(|| name.strip_suffix("_f16"))
+                else {
+                    continue;
+                };
+                if ["store", "load", "round", "fill_pattern"].contains(&base) {
+                    continue;
+                }
+                let f32_name = KERNEL_NAMES
+                    .iter()
+                    .find(|n| **n == base || **n == format!("{base}_f32"))
+                    .unwrap_or_else(|| panic!("{name} has no f32 kernel"));
+                assert!(KERNEL_NAMES.contains(&storage_kernel(f32_name, precision).as_str()));
+            }
+        }
+    }
+
+    #[test]
+    fn entry_macros_and_plain_entry_points_are_both_found() {
+        let source = "#define TWICE(NAME, S) \\\n    KERNEL void NAME(S::T* x) { body<S>(x); }\n\
+                      TWICE(first_f16, F16)\nTWICE(first_bf16, BF16)\n\
+                      KERNEL void plain(float* x) {}\n";
+        assert_eq!(
+            defined_kernels(source),
+            ["first_f16", "first_bf16", "plain"]
+        );
     }
 
     #[test]
