@@ -375,7 +375,7 @@ fn precision_is_refused_by_a_suite_that_does_not_train() {
     let state = tempfile::tempdir().unwrap();
     let out = run_with(
         state.path(),
-        &["--suite", "acceptance", "--precision", "bf16"],
+        &["--suite", "inventory", "--precision", "bf16"],
         &[],
     );
     assert_eq!(out.status.code(), Some(EXIT_USAGE), "{}", text(&out));

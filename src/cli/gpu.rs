@@ -1,6 +1,7 @@
 //! `tinyperf gpu check`: the GPU backend checked op by op and over one training step
-//! against the CPU backend, then measured (GEMM TFLOPS, ResNet-50 training throughput),
-//! on every GPU of the machine.
+//! against the CPU backend, in f32 and with 16-bit activations against the CPU reference
+//! with the same storage, then measured (GEMM TFLOPS, ResNet-50 training throughput in
+//! f32 and fp16), on every GPU of the machine.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -16,10 +17,11 @@ use crate::engine::backend::gpu::cache::KernelCache;
 use crate::engine::backend::gpu::cuda::{CudaDriver, MathMode};
 use crate::engine::backend::gpu::driver::{DeviceInfo, GpuDriver, MatmulPrecision};
 use crate::engine::backend::gpu::{GpuBackend, Profile};
+use crate::engine::backend::half_storage::HalfStorageCpu;
 use crate::engine::backend::select::{self, BackendKind, GpuRuntime};
 use crate::engine::parallel::{gpu_all_reduce, measure_all_reduce_bandwidth};
 use crate::engine::train::{measure_train_throughput, ModelChoice};
-use crate::engine::CpuBackend;
+use crate::engine::{CpuBackend, Precision};
 
 /// The training-step comparison: ResNet-50 at a size the CPU reference does in seconds.
 const STEP_BATCH: usize = 4;
@@ -38,8 +40,12 @@ struct DeviceReport {
     kernel_setup_s: f64,
     ops: Vec<OpComparison>,
     training_step: Vec<OpComparison>,
+    /// The same with activations stored in fp16 and in bf16.
+    ops_16_bit: Vec<OpComparison>,
+    training_step_fp16: Vec<OpComparison>,
     matmul: Vec<MatmulFigure>,
-    throughput: Option<ThroughputFigure>,
+    /// Training throughput in f32 and with fp16 activations.
+    throughput: Vec<ThroughputFigure>,
     /// (kernel or GEMM, calls, seconds) over one profiled training step.
     profile: Vec<(String, u64, f64)>,
     /// The collective a data-parallel run on these devices would use.
@@ -62,7 +68,7 @@ struct ThroughputFigure {
     model: &'static str,
     batch: usize,
     image_size: usize,
-    precision: &'static str,
+    precision: String,
     img_per_s: f64,
     step_ms_median: f64,
     step_ms: Vec<f64>,
@@ -170,8 +176,10 @@ fn check_device(
                 kernel_setup_s: started.elapsed().as_secs_f64(),
                 ops: vec![],
                 training_step: vec![],
+                ops_16_bit: vec![],
+                training_step_fp16: vec![],
                 matmul: vec![],
-                throughput: None,
+                throughput: vec![],
                 profile: vec![],
                 all_reduce: None,
                 errors: vec![format!("open: {e}")],
@@ -225,10 +233,11 @@ fn check_device(
         ),
         &training_step,
     );
+    let (ops_16_bit, training_step_fp16) = check_16_bit(&gpu, &mut errors);
     drop(gpu);
 
     let mut matmul = Vec::new();
-    let mut throughput = None;
+    let mut throughput = Vec::new();
     let mut profile = Vec::new();
     let mut all_reduce = None;
     if !args.quick {
@@ -271,15 +280,17 @@ fn check_device(
                 }
                 drop(strict);
                 let backend = GpuBackend::new(fast);
-                match train_throughput(&backend, args) {
-                    Ok(t) => {
-                        println!(
-                            "\nResNet-50 training, batch {} at {}² ({}): {:.0} img/s, median step {:.1} ms",
-                            t.batch, t.image_size, t.precision, t.img_per_s, t.step_ms_median
-                        );
-                        throughput = Some(t);
+                for precision in [Precision::Fp32, Precision::Fp16] {
+                    match train_throughput(&backend.with_precision(precision), args) {
+                        Ok(t) => {
+                            println!(
+                                "\nResNet-50 training, batch {} at {}² ({}): {:.0} img/s, median step {:.1} ms",
+                                t.batch, t.image_size, t.precision, t.img_per_s, t.step_ms_median
+                            );
+                            throughput.push(t);
+                        }
+                        Err(e) => errors.push(format!("training throughput ({precision}): {e}")),
                     }
-                    Err(e) => errors.push(format!("training throughput: {e}")),
                 }
                 let (collective, chosen) = gpu_all_reduce(std::slice::from_ref(&backend));
                 match measure_all_reduce_bandwidth(
@@ -300,20 +311,24 @@ fn check_device(
                 }
                 drop(collective);
                 if args.profile {
-                    match profile_step(&backend, args.batch) {
-                        Ok(rows) => {
-                            let total: f64 = rows.iter().map(|r| r.2).sum();
-                            println!("\nwhere one training step's device time goes ({:.1} ms in all, synchronised per launch)", total * 1e3);
-                            for (name, calls, secs) in rows.iter().take(20) {
-                                println!(
-                                    "  {name:<24} {calls:>6} calls {:>9.2} ms {:>5.1} %",
-                                    secs * 1e3,
-                                    secs / total * 100.0
-                                );
+                    for precision in [Precision::Fp32, Precision::Fp16] {
+                        match profile_step(&backend.with_precision(precision), args.batch) {
+                            Ok(rows) => {
+                                let total: f64 = rows.iter().map(|r| r.2).sum();
+                                println!("\nwhere one {precision} training step's device time goes ({:.1} ms in all, synchronised per launch)", total * 1e3);
+                                for (name, calls, secs) in rows.iter().take(20) {
+                                    println!(
+                                        "  {name:<24} {calls:>6} calls {:>9.2} ms {:>5.1} %",
+                                        secs * 1e3,
+                                        secs / total * 100.0
+                                    );
+                                }
+                                profile.extend(rows.into_iter().map(|(name, calls, secs)| {
+                                    (format!("{precision} {name}"), calls, secs)
+                                }));
                             }
-                            profile = rows;
+                            Err(e) => errors.push(format!("profile ({precision}): {e}")),
                         }
-                        Err(e) => errors.push(format!("profile: {e}")),
                     }
                 }
             }
@@ -323,17 +338,21 @@ fn check_device(
     for e in &errors {
         println!("  ERROR {e}");
     }
+    let all_passed =
+        |results: &[OpComparison]| !results.is_empty() && results.iter().all(|c| c.passed);
     let passed = errors.is_empty()
-        && !ops.is_empty()
-        && ops.iter().all(|c| c.passed)
-        && !training_step.is_empty()
-        && training_step.iter().all(|c| c.passed);
+        && all_passed(&ops)
+        && all_passed(&training_step)
+        && all_passed(&ops_16_bit)
+        && all_passed(&training_step_fp16);
     let _ = std::io::stdout().flush();
     DeviceReport {
         device: info,
         kernel_setup_s,
         ops,
         training_step,
+        ops_16_bit,
+        training_step_fp16,
         matmul,
         throughput,
         profile,
@@ -341,6 +360,72 @@ fn check_device(
         errors,
         passed,
     }
+}
+
+/// The kernels and one training step with 16-bit activations, against the CPU reference
+/// storing them the same way: every op in fp16 and bf16, the step in fp16.
+fn check_16_bit(
+    gpu: &GpuBackend,
+    errors: &mut Vec<String>,
+) -> (Vec<OpComparison>, Vec<OpComparison>) {
+    let mut ops = Vec::new();
+    for precision in [Precision::Fp16, Precision::Bf16] {
+        let reference = match HalfStorageCpu::new(CpuBackend::new(), precision) {
+            Ok(r) => r,
+            Err(e) => {
+                errors.push(e.to_string());
+                continue;
+            }
+        };
+        let tol = Tolerances::sixteen_bit(precision);
+        match crosscheck::check_ops(&gpu.with_precision(precision), &reference, 2024, tol) {
+            Ok(results) => {
+                print_comparisons(
+                    &format!("kernels against the CPU reference, {precision} activations"),
+                    &results,
+                );
+                ops.extend(results.into_iter().map(|mut r| {
+                    r.op = format!("{precision} {}", r.op);
+                    r
+                }));
+            }
+            Err(e) => errors.push(format!("{precision} op checks: {e}")),
+        }
+    }
+    let step = match HalfStorageCpu::new(CpuBackend::new(), Precision::Fp16) {
+        Ok(reference) => {
+            let started = Instant::now();
+            match crosscheck::check_training_step(
+                &gpu.with_precision(Precision::Fp16),
+                &reference,
+                ModelChoice::ResNet50,
+                STEP_BATCH,
+                STEP_IMAGE,
+                STEP_CLASSES,
+                StepTolerances::sixteen_bit(),
+            ) {
+                Ok(results) => {
+                    print_comparisons(
+                        &format!(
+                            "one ResNet-50 training step with fp16 activations against the CPU reference ({:.1} s)",
+                            started.elapsed().as_secs_f64()
+                        ),
+                        &results,
+                    );
+                    results
+                }
+                Err(e) => {
+                    errors.push(format!("fp16 training step: {e}"));
+                    vec![]
+                }
+            }
+        }
+        Err(e) => {
+            errors.push(e.to_string());
+            vec![]
+        }
+    };
+    (ops, step)
 }
 
 /// Two training steps with every kernel timed: where the step's time goes.
@@ -387,7 +472,10 @@ fn train_throughput(backend: &GpuBackend, args: &GpuCheckArgs) -> anyhow::Result
         model: "resnet50",
         batch: args.batch,
         image_size,
-        precision: "f32 storage, TF32 GEMMs (fp16 activations are not implemented)",
+        precision: match backend.precision() {
+            Precision::Fp32 => "f32 activations, TF32 GEMMs".to_string(),
+            p => format!("{p} activations, f32 master weights"),
+        },
         img_per_s: report.images_per_s(),
         step_ms_median: report.median_step_s() * 1e3,
         step_ms: report.step_seconds.iter().map(|s| s * 1e3).collect(),

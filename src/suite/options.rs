@@ -2,6 +2,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::engine::Precision;
+
 /// One option a suite accepts: a number within `min..=max`.
 #[derive(Debug, Clone, Copy)]
 pub struct OptionSpec {
@@ -161,6 +163,11 @@ pub const BACKEND: TextSpec = TextSpec {
     choices: &["auto", "cpu", "cuda", "hip"],
     help: "the compute backend: the best found, the CPU, CUDA or HIP",
 };
+pub const PRECISION: TextSpec = TextSpec {
+    key: "precision",
+    choices: Precision::NAMES,
+    help: "activation storage of the training measurement: fp32, fp16 or bf16",
+};
 pub const MODEL: TextSpec = TextSpec {
     key: "model",
     choices: &["resnet20", "resnet18", "resnet50"],
@@ -200,7 +207,7 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
 /// The text options `suite` accepts.
 pub fn text_specs(suite: &str) -> &'static [TextSpec] {
     match suite {
-        "acceptance" => &[BACKEND],
+        "acceptance" => &[BACKEND, PRECISION],
         "smoke" => &[DATASET, MODEL, BACKEND],
         "mlperf-resnet" => &[DATASET, BACKEND],
         _ => &[],
@@ -287,6 +294,15 @@ pub fn text(options: &Map<String, Value>, spec: TextSpec) -> Option<&str> {
     options.get(spec.key).and_then(Value::as_str)
 }
 
+/// The `precision` option (f32 when absent; [`validate`] has refused unknown names).
+pub fn precision(options: &Map<String, Value>) -> Precision {
+    options
+        .get(PRECISION.key)
+        .and_then(Value::as_str)
+        .and_then(|name| name.parse().ok())
+        .unwrap_or_default()
+}
+
 /// A number option, or its default.
 pub fn number(options: &Map<String, Value>, spec: OptionSpec, default: f64) -> f64 {
     options
@@ -320,6 +336,17 @@ mod tests {
 
     fn map(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn acceptance_takes_a_precision_for_its_training_measurement() {
+        let ok = map(json!({"precision": "fp16"}));
+        assert!(validate("acceptance", &ok).is_ok());
+        assert_eq!(precision(&ok), Precision::Fp16);
+        assert_eq!(precision(&Map::new()), Precision::Fp32);
+        let err = validate("acceptance", &map(json!({"precision": "fp8"}))).unwrap_err();
+        assert!(err.contains("fp16"), "{err}");
+        assert!(validate("inventory", &ok).is_err());
     }
 
     #[test]

@@ -118,17 +118,20 @@ pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
     };
     let precision = job.recipe.precision;
     let devices = match super::gpu_devices::open(ctx.options) {
-        Err(message) => return report.finish_as(Verdict::Error, Some(message)),
-        Ok(GpuChoice::Gpus { backends, .. }) if precision.is_reduced() => {
-            return report.finish_as(
-                Verdict::Error,
-                Some(format!(
-                    "{precision} training is not implemented on the {} backend: its kernels \
-                     store activations in f32 (run with precision=fp32, or on the CPU \
-                     backend, which emulates {precision} storage)",
-                    backends.first().map_or("GPU".into(), |b| b.name())
-                )),
-            );
+        Ok(GpuChoice::Gpus { runtime, backends }) if precision.is_reduced() => {
+            report.findings.push(format!(
+                "{precision} mixed precision: activations, activation gradients and \
+                 convolutions in {precision}, master weights, batch-norm statistics, logits and \
+                 loss f32; {}",
+                describe_loss_scaling(job.recipe.loss_scaling())
+            ));
+            Ok(GpuChoice::Gpus {
+                runtime,
+                backends: backends
+                    .into_iter()
+                    .map(|b| b.with_precision(precision))
+                    .collect(),
+            })
         }
         other => other,
     };

@@ -12,7 +12,7 @@ use crate::engine::layers::SoftmaxCrossEntropy;
 use crate::engine::model::Model;
 use crate::engine::rng::CounterRng;
 use crate::engine::train::ModelChoice;
-use crate::engine::{Result, Tensor};
+use crate::engine::{Precision, Result, Tensor};
 
 /// How one output of one op compares: the worst element-wise difference and the
 /// difference's norm relative to the reference's norm.
@@ -40,6 +40,23 @@ impl Default for Tolerances {
         Tolerances {
             exact: 1e-5,
             gemm: 5e-3,
+        }
+    }
+}
+
+impl Tolerances {
+    /// For two backends storing activations in `precision` (16-bit): both round the same
+    /// f32 results, so they differ where summation order moves a value across a rounding
+    /// boundary, by one unit in the last place of the format (2⁻¹¹ relative for fp16,
+    /// 2⁻⁸ for bf16) on a few elements. The bound is two such units as an RMS error.
+    pub fn sixteen_bit(precision: Precision) -> Tolerances {
+        let unit = match precision {
+            Precision::Fp16 => 2f64.powi(-11),
+            _ => 2f64.powi(-8),
+        };
+        Tolerances {
+            exact: 2.0 * unit,
+            gemm: 4.0 * unit,
         }
     }
 }
@@ -580,6 +597,21 @@ impl Default for StepTolerances {
     }
 }
 
+impl StepTolerances {
+    /// For a step with 16-bit activations against the CPU reference with the same
+    /// storage: every stored value can sit one rounding unit apart, so ReLUs near zero
+    /// flip far more often than in f32. The bounds are five times the f32 ones, still well
+    /// under the error of order one a wrong kernel gives.
+    pub fn sixteen_bit() -> StepTolerances {
+        let f32 = StepTolerances::default();
+        StepTolerances {
+            outputs: 5.0 * 2f64.powi(-8),
+            all_gradients: 5.0 * f32.all_gradients,
+            single_parameter: 5.0 * f32.single_parameter,
+        }
+    }
+}
+
 /// One training step's gradients and loss of `model` on `test` against `reference`,
 /// from the same seeded weights and the same synthetic batch.
 pub fn check_training_step<T: Backend, R: Backend>(
@@ -693,6 +725,43 @@ mod tests {
             .iter()
             .any(|r| r.op == "conv2d_backward_data 7x7 s2"));
         assert!(results.iter().any(|r| r.op == "has_non_finite"));
+    }
+
+    #[test]
+    fn sixteen_bit_backends_that_sum_in_another_order_pass_the_sixteen_bit_bounds() {
+        use crate::engine::backend::half_storage::HalfStorageCpu;
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let tiled = HalfStorageCpu::new(CpuBackend::with_conv_tile_rows(3), precision).unwrap();
+            let plain =
+                HalfStorageCpu::new(CpuBackend::with_gemm_convolutions(), precision).unwrap();
+            let tol = Tolerances::sixteen_bit(precision);
+            let results = check_ops(&tiled, &plain, 6, tol).unwrap();
+            for r in &results {
+                assert!(r.passed, "{precision}: {r:?}");
+            }
+            // The 16-bit reference is not the f32 backend: the bounds see the difference.
+            let f32_results = check_ops(&CpuBackend::new(), &plain, 6, tol).unwrap();
+            assert!(
+                f32_results.iter().any(|r| !r.passed),
+                "{precision}: f32 passed as {precision}"
+            );
+        }
+        let tiled =
+            HalfStorageCpu::new(CpuBackend::with_conv_tile_rows(5), Precision::Fp16).unwrap();
+        let plain = HalfStorageCpu::new(CpuBackend::new(), Precision::Fp16).unwrap();
+        let results = check_training_step(
+            &tiled,
+            &plain,
+            ModelChoice::ResNet20,
+            2,
+            16,
+            10,
+            StepTolerances::sixteen_bit(),
+        )
+        .unwrap();
+        for r in &results {
+            assert!(r.passed, "{r:?}");
+        }
     }
 
     #[test]
