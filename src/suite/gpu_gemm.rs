@@ -1,8 +1,9 @@
-//! The `gpu-gemm` stage of `acceptance`: fp16 and f32 matmul TFLOP/s of every GPU,
-//! against its model's published peak.
+//! The `gpu-gemm` stage of `acceptance`: fp16 and f32 matmul TFLOP/s of every GPU under
+//! a few seconds of sustained load, against its model's published peak, and how much the
+//! products slowed from the start of the load to its end.
 
 use super::gpu_devices::{self, model_peak, GpuChoice};
-use super::options::{self, GPU_GEMM_SIZE, GPU_MIN_FRACTION};
+use super::options::{self, GPU_GEMM_SECONDS, GPU_GEMM_SIZE, GPU_MIN_FRACTION};
 use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::driver::MatmulPrecision;
@@ -12,12 +13,18 @@ pub const DEFAULT_SIZE: usize = 8192;
 /// Share of the published peak a healthy card reaches on large square matmuls: cuBLAS
 /// and rocBLAS reach 60–80 % on these parts; a card far below is throttled or broken.
 pub const DEFAULT_MIN_FRACTION: f64 = 0.5;
-const REPEATS: usize = 10;
+/// Long enough for the 1 Hz telemetry to see the load and for clocks to settle.
+pub const DEFAULT_SECONDS: f64 = 3.0;
+const MIN_PRODUCTS: usize = 10;
+/// A card whose last products run this much slower than its first is lowering its
+/// clocks under load: a finding, since boost clocks legitimately fall a few per cent.
+const SLOWDOWN_NOTE: f64 = 0.10;
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let n = options::number(ctx.options, GPU_GEMM_SIZE, DEFAULT_SIZE as f64) as usize;
     let min_fraction = options::number(ctx.options, GPU_MIN_FRACTION, DEFAULT_MIN_FRACTION);
+    let seconds = options::number(ctx.options, GPU_GEMM_SECONDS, DEFAULT_SECONDS);
     let backends = match gpu_devices::open(ctx.options) {
         Ok(GpuChoice::Gpus { backends, .. }) => backends,
         Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
@@ -42,10 +49,32 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             }
             ctx.progress(
                 (i * 2 + j) as f64 / total as f64,
-                Some(format!("GPU {i} ({}): {label} matmul {n}³", info.name)),
+                Some(format!(
+                    "GPU {i} ({}): {label} matmuls {n}³ for {seconds} s",
+                    info.name
+                )),
             );
-            let tflops = match driver.matmul_tflops(precision, n, REPEATS) {
-                Ok(t) => t,
+            let measured = driver
+                .matmul_series(precision, n, MIN_PRODUCTS, seconds)
+                .and_then(|series| Ok((series.median_tflops()?, series)));
+            let tflops = match measured {
+                Ok((t, series)) => {
+                    report.metric(&format!("gpu{i}_{label}_load_s"), series.seconds(), "s");
+                    if let Some(slowdown) = series.slowdown() {
+                        report.metric(&format!("gpu{i}_{label}_slowdown"), slowdown, "ratio");
+                        if slowdown > SLOWDOWN_NOTE {
+                            report.findings.push(format!(
+                                "GPU {i} ({}): {label} matmuls ran {:.0} % slower at the end of \
+                                 {:.1} s of load than at its start (clocks lowered under load: \
+                                 see the telemetry for temperature and throttling)",
+                                address.as_deref().unwrap_or(&info.name),
+                                slowdown * 100.0,
+                                series.seconds()
+                            ));
+                        }
+                    }
+                    t
+                }
                 Err(e) => {
                     report.checks.push(Check {
                         name: format!("{label} matmul"),

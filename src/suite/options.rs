@@ -115,6 +115,13 @@ pub const GPU_GEMM_SIZE: OptionSpec = OptionSpec {
     integer: true,
     help: "matrix size N of each GPU's N×N×N matmuls",
 };
+pub const GPU_GEMM_SECONDS: OptionSpec = OptionSpec {
+    key: "gpu_gemm_seconds",
+    min: 0.0,
+    max: 600.0,
+    integer: false,
+    help: "seconds of sustained matmuls per GPU and precision",
+};
 pub const GPU_MIN_FRACTION: OptionSpec = OptionSpec {
     key: "gpu_min_fraction",
     min: 0.0,
@@ -186,6 +193,7 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             TRAIN_BATCH,
             TRAIN_IMAGE_SIZE,
             GPU_GEMM_SIZE,
+            GPU_GEMM_SECONDS,
             GPU_MIN_FRACTION,
             TRANSFER_MIB,
             ALLREDUCE_MIB,

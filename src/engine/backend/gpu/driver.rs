@@ -229,29 +229,94 @@ pub struct DeviceInfo {
     pub multiprocessors: u32,
 }
 
-/// Times `product` (an `n`×`n`×`n` matmul) `repeats` times after two warm-ups and turns
-/// the median into TFLOP/s.
+/// Device times of a run of identical `n`×`n`×`n` matmuls, in the order they ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatmulSeries {
+    pub n: usize,
+    pub times_ms: Vec<f64>,
+}
+
+/// Products at each end of a series compared by [`MatmulSeries::slowdown`]: a fifth.
+const SERIES_END_FRACTION: usize = 5;
+/// No series runs longer than this many products, however short each is.
+const SERIES_MAX_PRODUCTS: usize = 100_000;
+
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0.0)
+}
+
+impl MatmulSeries {
+    /// Device time of the whole series.
+    pub fn seconds(&self) -> f64 {
+        self.times_ms.iter().sum::<f64>() / 1e3
+    }
+
+    /// TFLOP/s of the median product.
+    pub fn median_tflops(&self) -> Result<f64, DriverError> {
+        let median_ms = median(&self.times_ms);
+        if median_ms.is_nan() || median_ms <= 0.0 {
+            return Err(DriverError::InvalidArgument(format!(
+                "timer reported {median_ms} ms for a {}³ matmul",
+                self.n
+            )));
+        }
+        Ok(2.0 * (self.n as f64).powi(3) / (median_ms * 1e-3) / 1e12)
+    }
+
+    /// How much longer the last fifth of the products took than the first fifth, as a
+    /// fraction (0.1: 10 % slower at the end, as a GPU that heats up and lowers its clocks
+    /// is); `None` under ten products.
+    pub fn slowdown(&self) -> Option<f64> {
+        let n = self.times_ms.len();
+        if n < 2 * SERIES_END_FRACTION {
+            return None;
+        }
+        let end = n / SERIES_END_FRACTION;
+        let (first, last) = (
+            median(&self.times_ms[..end]),
+            median(&self.times_ms[n - end..]),
+        );
+        (first > 0.0).then(|| last / first - 1.0)
+    }
+}
+
+/// Times `product` (an `n`×`n`×`n` matmul) after two warm-ups, at least `min_products`
+/// times and until `seconds` of device time have passed.
+pub fn timed_series<D: GpuDriver + ?Sized>(
+    driver: &D,
+    product: &mut dyn FnMut() -> Result<(), DriverError>,
+    n: usize,
+    min_products: usize,
+    seconds: f64,
+) -> Result<MatmulSeries, DriverError> {
+    for _ in 0..2 {
+        product()?;
+    }
+    let mut series = MatmulSeries {
+        n,
+        times_ms: Vec::with_capacity(min_products.max(1)),
+    };
+    let mut total_ms = 0.0;
+    while series.times_ms.len() < min_products.max(1)
+        || (total_ms < seconds * 1e3 && series.times_ms.len() < SERIES_MAX_PRODUCTS)
+    {
+        let ms = driver.time_ms(product)?;
+        total_ms += ms.max(0.0);
+        series.times_ms.push(ms);
+    }
+    Ok(series)
+}
+
+/// Times `product` `repeats` times after two warm-ups and turns the median into TFLOP/s.
 pub fn median_tflops<D: GpuDriver + ?Sized>(
     driver: &D,
     product: &mut dyn FnMut() -> Result<(), DriverError>,
     n: usize,
     repeats: usize,
 ) -> Result<f64, DriverError> {
-    for _ in 0..2 {
-        product()?;
-    }
-    let mut times = Vec::with_capacity(repeats.max(1));
-    for _ in 0..repeats.max(1) {
-        times.push(driver.time_ms(product)?);
-    }
-    times.sort_by(f64::total_cmp);
-    let median_ms = times[times.len() / 2];
-    if median_ms <= 0.0 {
-        return Err(DriverError::InvalidArgument(format!(
-            "timer reported {median_ms} ms for a {n}³ matmul"
-        )));
-    }
-    Ok(2.0 * (n as f64).powi(3) / (median_ms * 1e-3) / 1e12)
+    timed_series(driver, product, n, repeats, 0.0)?.median_tflops()
 }
 
 /// The median of `repeats` timings of `copy` (after one warm-up) as GB/s for `bytes`.
@@ -392,6 +457,20 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
         n: usize,
         repeats: usize,
     ) -> Result<f64, DriverError> {
+        self.matmul_series(precision, n, repeats, 0.0)?
+            .median_tflops()
+    }
+
+    /// Products of `n`×`n` matrices of generated data, timed one by one after two
+    /// warm-ups: at least `min_products`, and for at least `seconds` of device time, so a
+    /// card is measured under sustained load.
+    fn matmul_series(
+        &self,
+        precision: MatmulPrecision,
+        n: usize,
+        min_products: usize,
+        seconds: f64,
+    ) -> Result<MatmulSeries, DriverError> {
         let (elem, kernel) = match precision {
             MatmulPrecision::F16 => (2, "fill_pattern_f16"),
             MatmulPrecision::F32 => (4, "fill_pattern_f32"),
@@ -411,11 +490,12 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
                     ],
                 )?;
             }
-            median_tflops(
+            timed_series(
                 self,
                 &mut || self.matmul_square(precision, n, a, b, c),
                 n,
-                repeats,
+                min_products,
+                seconds,
             )
         })();
         let _ = self.synchronize();
@@ -589,6 +669,35 @@ mod tests {
         let mut bad = gemm(Transpose::No, Transpose::No);
         bad.ldc = 2;
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn a_series_reports_its_median_and_how_much_its_end_slowed() {
+        let steady = MatmulSeries {
+            n: 1000,
+            times_ms: vec![2.0; 20],
+        };
+        assert!((steady.median_tflops().unwrap() - 1.0).abs() < 1e-12);
+        assert_eq!(steady.slowdown(), Some(0.0));
+        assert!((steady.seconds() - 0.04).abs() < 1e-12);
+        // Clocks drop after the first half: the last fifth takes 25 % longer.
+        let mut times = vec![2.0; 10];
+        times.extend(vec![2.5; 10]);
+        let throttled = MatmulSeries {
+            n: 1000,
+            times_ms: times,
+        };
+        assert!((throttled.slowdown().unwrap() - 0.25).abs() < 1e-12);
+        let short = MatmulSeries {
+            n: 1000,
+            times_ms: vec![2.0; 9],
+        };
+        assert_eq!(short.slowdown(), None);
+        let broken = MatmulSeries {
+            n: 1000,
+            times_ms: vec![0.0; 3],
+        };
+        assert!(broken.median_tflops().is_err());
     }
 
     #[test]
