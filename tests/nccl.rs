@@ -1,6 +1,7 @@
-//! The NCCL all-reduce on a machine without a GPU: NCCL missing, or a small fake
-//! libnccl.so.2 built here with gcc from tests/fixtures/fake-libnccl/, complete or
-//! lacking a symbol. Devices are fake drivers that only describe themselves.
+//! The NCCL and RCCL all-reduce on a machine without a GPU: the library missing, or a
+//! small fake libnccl.so.2 (or librccl.so.1) built here with gcc from
+//! tests/fixtures/fake-libnccl/, complete or lacking a symbol. Devices are fake drivers
+//! that only describe themselves.
 //!
 //! Checks that load a library run in a child process (this test binary, started again
 //! with `LD_LIBRARY_PATH` pointing at the fake), because the dynamic loader keeps a
@@ -17,7 +18,9 @@ use tinyperf::engine::backend::gpu::driver::{
     DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, MatmulPrecision,
 };
 use tinyperf::engine::backend::gpu::GpuBackend;
-use tinyperf::engine::parallel::nccl::{check_library, gpu_all_reduce, NcclAllReduce};
+use tinyperf::engine::parallel::nccl::{
+    check_library, check_library_of, gpu_all_reduce, Collective, NcclAllReduce,
+};
 
 const CHILD_MARKER: &str = "TINYPERF-NCCL-REPORT ";
 const CHILD_ENTRY: &str = "nccl_child_entry";
@@ -134,11 +137,19 @@ fn nccl_child_entry() {
         Err(e) => serde_json::json!({ "err": e.to_string() }),
     };
     let (collective, note) = gpu_all_reduce(&[device("cuda", 0), device("cuda", 1)]);
+    let rccl_check = match check_library_of(Collective::Rccl) {
+        Ok(version) => serde_json::json!({ "ok": version }),
+        Err(e) => serde_json::json!({ "err": e.to_string() }),
+    };
+    let (hip_collective, hip_note) = gpu_all_reduce(&[device("hip", 0), device("hip", 1)]);
     let line = serde_json::json!({
         "check": check,
         "chosen": collective.name(),
         "ranks": collective.ranks(),
         "note": note,
+        "rccl_check": rccl_check,
+        "hip_chosen": hip_collective.name(),
+        "hip_note": hip_note,
     });
     // The harness prints `test NAME ... ` on the same line, hence the marker.
     println!("{CHILD_MARKER}{line}");
@@ -184,9 +195,18 @@ fn assert_no_panic(child: &ChildReport) {
 
 /// Compiles the fake NCCL into `dir` as libnccl.so.2, with libnccl.so beside it.
 fn build_fake_libnccl(dir: &Path, defines: &[&str]) {
+    build_fake(dir, defines, "libnccl.so.2", "libnccl.so");
+}
+
+/// The same fake as RCCL, whose API is NCCL's: librccl.so.1 and librccl.so.
+fn build_fake_librccl(dir: &Path, defines: &[&str]) {
+    build_fake(dir, defines, "librccl.so.1", "librccl.so");
+}
+
+fn build_fake(dir: &Path, defines: &[&str], soname: &str, link: &str) {
     let source =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-libnccl/fake_libnccl.c");
-    let target = dir.join("libnccl.so.2");
+    let target = dir.join(soname);
     let output = Command::new("gcc")
         .args(["-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
         .arg(&target)
@@ -200,7 +220,7 @@ fn build_fake_libnccl(dir: &Path, defines: &[&str]) {
         source.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    std::os::unix::fs::symlink(&target, dir.join("libnccl.so")).unwrap();
+    std::os::unix::fs::symlink(&target, dir.join(link)).unwrap();
 }
 
 /// Whether the loader cache of this machine holds a real NCCL.
@@ -283,12 +303,64 @@ fn the_chooser_without_devices_falls_back_to_the_host_ring() {
     assert_eq!(note, "no GPU devices: host-staged ring");
 }
 
+/// Whether the loader cache of this machine holds a real RCCL.
+fn system_has_rccl() -> bool {
+    Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).contains("librccl.so"))
+        .unwrap_or(false)
+}
+
 #[test]
-fn hip_devices_get_the_host_ring_with_fake_driver() {
-    let (collective, note) = gpu_all_reduce(&[device("hip", 0), device("hip", 1)]);
-    assert_eq!(collective.name(), "host-ring");
-    assert_eq!(collective.ranks(), 2);
-    assert_eq!(note, "RCCL not implemented: host-staged ring");
+fn hip_devices_without_rccl_get_the_host_ring_saying_why_with_fake_driver() {
+    if system_has_rccl() {
+        eprintln!("skipped: this machine has a real RCCL in its loader cache");
+        return;
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let child = run_child(empty.path());
+    assert_no_panic(&child);
+    let err = child.report["rccl_check"]["err"]
+        .as_str()
+        .unwrap_or_else(|| panic!("RCCL loaded: {}", child.report));
+    assert!(
+        err.contains("RCCL not found") && err.contains("librccl.so.1"),
+        "{err}"
+    );
+    assert_eq!(child.report["hip_chosen"], "host-ring");
+    let note = child.report["hip_note"].as_str().unwrap();
+    assert!(note.starts_with("RCCL not found"), "{note}");
+    assert!(note.ends_with("host-staged ring"), "{note}");
+}
+
+#[test]
+fn rccl_is_loaded_by_its_own_name_with_fake_librccl() {
+    let dir = tempfile::tempdir().unwrap();
+    build_fake_librccl(dir.path(), &[]);
+    let child = run_child(dir.path());
+    assert_no_panic(&child);
+    assert_eq!(
+        child.report["rccl_check"]["ok"], "RCCL 2.21.5",
+        "{}",
+        child.report
+    );
+    // Without a HIP runtime (or devices) the group cannot open: the chooser says so and
+    // falls back, and the NCCL side is untouched by a librccl.
+    assert_eq!(child.report["hip_chosen"], "host-ring");
+    let note = child.report["hip_note"].as_str().unwrap();
+    assert!(note.starts_with("RCCL not used"), "{note}");
+    assert!(note.ends_with("host-staged ring"), "{note}");
+    assert!(child.report["check"]["err"].is_string() || system_has_nccl());
+
+    let lacking = tempfile::tempdir().unwrap();
+    build_fake_librccl(lacking.path(), &["-DLACK_COMM_ABORT"]);
+    let child = run_child(lacking.path());
+    let err = child.report["rccl_check"]["err"].as_str().unwrap();
+    assert!(
+        err.contains("the RCCL library lacks ncclCommAbort"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -307,6 +379,14 @@ fn open_rejects_bad_groups_before_loading_nccl_with_fake_driver() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("rank 1 is a hip device"), "{err}");
+
+    let err = NcclAllReduce::open(&[device("hip", 2), device("hip", 2)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("ranks 0 and 1 are both HIP device 2; RCCL needs one rank per device"),
+        "{err}"
+    );
 
     let err = NcclAllReduce::open(&[device("cuda", 3), device("cuda", 1), device("cuda", 3)])
         .unwrap_err()

@@ -15,8 +15,8 @@ pub const FACTORY_MIN_BUSBW_GBPS: f64 = 12.0;
 const WARMUP: usize = 2;
 const ITERATIONS: usize = 10;
 
-/// The collective for these devices (NCCL on CUDA devices when it loads, else the
-/// host-staged ring) and a note on why it was chosen.
+/// The collective for these devices (NCCL on CUDA devices, RCCL on HIP devices, when it
+/// loads, else the host-staged ring) and a note on why it was chosen.
 pub fn collective_for(
     backends: &[GpuBackend],
 ) -> Result<(Box<dyn AllReduce<GpuBackend>>, String), String> {

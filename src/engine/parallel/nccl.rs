@@ -1,10 +1,11 @@
-//! The all-reduce over NCCL for CUDA devices of one process: one communicator per device
-//! from `ncclCommInitAll`, each driven only by its own rank's thread, reducing device
-//! memory in place on the driver's own stream.
+//! The all-reduce over NCCL for CUDA devices of one process, or over RCCL (AMD's build
+//! of the same API for HIP) for HIP devices: one communicator per device from
+//! `ncclCommInitAll`, each driven only by its own rank's thread, reducing device memory in
+//! place on the driver's own stream.
 //!
-//! NCCL is opened at run time by its runtime name (`libnccl.so.2`, which cudarc's loader
-//! does not try), and every entry point is resolved before the first call, so a missing
-//! library or symbol is an error instead of a panic.
+//! The library is opened at run time by its runtime name (`libnccl.so.2`, which cudarc's
+//! loader does not try, or `librccl.so.1`), and every entry point is resolved before the
+//! first call, so a missing library or symbol is an error instead of a panic.
 //!
 //! It never waits forever: a rank polls its stream for completion, checking the group's
 //! abort flag, NCCL's asynchronous error and a timeout between polls. A rank that sees
@@ -35,11 +36,78 @@ use super::collective::AllReduce;
 use super::error::ParallelError;
 use super::host_ring::{HostRing, DEFAULT_TIMEOUT};
 
-const NAME: &str = "nccl";
-
 /// The names NCCL's runtime library is installed under, the versioned one first: the
 /// unversioned link only exists where the development package is installed.
 pub const LIBRARY_NAMES: &[&str] = &["libnccl.so.2", "libnccl.so"];
+
+/// The same for RCCL, as ROCm installs it.
+pub const RCCL_LIBRARY_NAMES: &[&str] = &["librccl.so.1", "librccl.so"];
+
+/// The HIP runtime, for polling a stream: ROCm 6's soname, then ROCm 5's.
+const HIP_LIBRARY_NAMES: &[&str] = &["libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"];
+
+/// Which collective library: NCCL for CUDA devices, RCCL for HIP devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collective {
+    Nccl,
+    Rccl,
+}
+
+impl Collective {
+    /// The collective for devices of `runtime` (`cuda` or `hip`).
+    pub fn for_runtime(runtime: &str) -> Option<Collective> {
+        match runtime {
+            "cuda" => Some(Collective::Nccl),
+            "hip" => Some(Collective::Rccl),
+            _ => None,
+        }
+    }
+
+    /// `nccl` or `rccl`: the all-reduce's name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::Nccl => "nccl",
+            Collective::Rccl => "rccl",
+        }
+    }
+
+    /// `NCCL` or `RCCL`: the library's name in messages.
+    fn library(self) -> &'static str {
+        match self {
+            Collective::Nccl => "NCCL",
+            Collective::Rccl => "RCCL",
+        }
+    }
+
+    pub fn library_names(self) -> &'static [&'static str] {
+        match self {
+            Collective::Nccl => LIBRARY_NAMES,
+            Collective::Rccl => RCCL_LIBRARY_NAMES,
+        }
+    }
+
+    fn runtime(self) -> &'static str {
+        match self {
+            Collective::Nccl => "cuda",
+            Collective::Rccl => "hip",
+        }
+    }
+
+    /// `CUDA` or `HIP`, for messages about devices.
+    fn devices(self) -> &'static str {
+        match self {
+            Collective::Nccl => "CUDA",
+            Collective::Rccl => "HIP",
+        }
+    }
+
+    fn error(self, reason: String) -> ParallelError {
+        ParallelError::Collective {
+            name: self.name().into(),
+            reason,
+        }
+    }
+}
 
 /// Every NCCL entry point this module calls.
 pub const SYMBOLS: &[&str] = &[
@@ -54,9 +122,10 @@ pub const SYMBOLS: &[&str] = &[
     "ncclAllReduce",
 ];
 
-/// The CUDA driver entry point used to poll a stream, besides those the CUDA driver
-/// checks for itself.
+/// The entry point used to poll a stream: the CUDA driver's (besides those the CUDA driver
+/// checks for itself) or the HIP runtime's.
 const STREAM_QUERY: &str = "cuStreamQuery";
+const HIP_STREAM_QUERY: &str = "hipStreamQuery";
 
 /// Elements of the warm-up all-reduce at open: large enough that NCCL sets up the
 /// connections bulk transfers use, before any rank can be left waiting on a peer.
@@ -70,8 +139,9 @@ const POLL_INTERVAL: Duration = Duration::from_micros(100);
 // NCCL results are read as plain integers: a value outside cudarc's enum (a newer
 // library's code) must not become an invalid enum value.
 type NcclResult = c_int;
-// Likewise for the CUDA driver's result of polling a stream.
-type StreamQuery = unsafe extern "C" fn(cuda::CUstream) -> c_int;
+// Likewise for the result of polling a stream. CUDA and HIP share the two codes that
+// matter: 0 for done, 600 for still running (hipErrorNotReady mirrors CUDA's).
+type StreamQuery = unsafe extern "C" fn(*mut c_void) -> c_int;
 const CUDA_SUCCESS: c_int = cuda::CUresult::CUDA_SUCCESS as c_int;
 const CUDA_ERROR_NOT_READY: c_int = cuda::CUresult::CUDA_ERROR_NOT_READY as c_int;
 const NCCL_SUCCESS: NcclResult = sys::ncclResult_t::ncclSuccess as NcclResult;
@@ -93,8 +163,9 @@ type AllReduceFn = unsafe extern "C" fn(
     sys::cudaStream_t,
 ) -> NcclResult;
 
-/// NCCL's library with every entry point this module calls already resolved.
+/// The library with every entry point this module calls already resolved.
 struct NcclLibrary {
+    collective: Collective,
     get_version: GetVersion,
     get_error_string: GetErrorString,
     comm_init_all: CommInitAll,
@@ -108,38 +179,31 @@ struct NcclLibrary {
     _library: libloading::Library,
 }
 
-fn setup_error(reason: String) -> ParallelError {
-    ParallelError::Collective {
-        name: NAME.into(),
-        reason,
+/// Opens the first of `names` that loads, or says why none did.
+fn open_first(names: &[&str]) -> Result<libloading::Library, String> {
+    let mut failures = Vec::new();
+    for &name in names {
+        // SAFETY: opening the library runs only its own initialisers.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(library) => return Ok(library),
+            // libloading keeps the loader's own words, which name the file, in the source.
+            Err(e) => failures.push(match std::error::Error::source(&e) {
+                Some(detail) => detail.to_string(),
+                None => format!("{name}: {e}"),
+            }),
+        }
     }
+    Err(failures.join("; "))
 }
 
 impl NcclLibrary {
-    fn load() -> Result<NcclLibrary, ParallelError> {
-        let mut failures = Vec::new();
-        let mut found = None;
-        for &name in LIBRARY_NAMES {
-            // SAFETY: opening NCCL runs only its own initialisers.
-            match unsafe { libloading::Library::new(name) } {
-                Ok(library) => {
-                    found = Some(library);
-                    break;
-                }
-                // libloading keeps the loader's own words, which name the file, in the
-                // source.
-                Err(e) => failures.push(match std::error::Error::source(&e) {
-                    Some(detail) => detail.to_string(),
-                    None => format!("{name}: {e}"),
-                }),
-            }
-        }
-        let Some(library) = found else {
-            return Err(setup_error(format!(
-                "NCCL not found: {}",
-                failures.join("; ")
-            )));
-        };
+    fn load(collective: Collective) -> Result<NcclLibrary, ParallelError> {
+        let lib_name = collective.library();
+        let setup_error = |reason| collective.error(reason);
+        let library = open_first(collective.library_names())
+            .map_err(|why| setup_error(format!("{lib_name} not found: {why}")))?;
+        let symbol_error =
+            |e: libloading::Error| setup_error(format!("{lib_name} symbol lookup failed: {e}"));
         let missing: Vec<&str> = SYMBOLS
             .iter()
             // SAFETY: looks the symbol up without calling it.
@@ -148,14 +212,15 @@ impl NcclLibrary {
             .collect();
         if !missing.is_empty() {
             return Err(setup_error(format!(
-                "the NCCL library lacks {}",
+                "the {lib_name} library lacks {}",
                 missing.join(", ")
             )));
         }
         // SAFETY: every symbol is present (checked above) and has the C signature of
-        // nccl.h, which the types above transcribe from cudarc's bindings.
+        // nccl.h (which RCCL's rccl.h keeps), transcribed above from cudarc's bindings.
         unsafe {
             Ok(NcclLibrary {
+                collective,
                 get_version: *library.get(b"ncclGetVersion").map_err(symbol_error)?,
                 get_error_string: *library.get(b"ncclGetErrorString").map_err(symbol_error)?,
                 comm_init_all: *library.get(b"ncclCommInitAll").map_err(symbol_error)?,
@@ -172,7 +237,7 @@ impl NcclLibrary {
         }
     }
 
-    /// `NCCL 2.21.5`, from the library's own version code.
+    /// `NCCL 2.21.5` (or `RCCL …`), from the library's own version code.
     fn version(&self) -> Result<String, ParallelError> {
         let mut code: c_int = 0;
         // SAFETY: writes one int.
@@ -183,18 +248,24 @@ impl NcclLibrary {
         } else {
             (code / 1000, code % 1000)
         };
-        Ok(format!("NCCL {major}.{}.{}", rest / 100, rest % 100))
+        Ok(format!(
+            "{} {major}.{}.{}",
+            self.collective.library(),
+            rest / 100,
+            rest % 100
+        ))
     }
 
     fn describe(&self, result: NcclResult) -> String {
         // SAFETY: NCCL returns a static string for any code.
         let text = unsafe { (self.get_error_string)(result) };
+        let lib_name = self.collective.library();
         if text.is_null() {
-            format!("NCCL error {result}")
+            format!("{lib_name} error {result}")
         } else {
             // SAFETY: a NUL-terminated static string.
             let text = unsafe { CStr::from_ptr(text) }.to_string_lossy();
-            format!("{text} (NCCL error {result})")
+            format!("{text} ({lib_name} error {result})")
         }
     }
 
@@ -202,23 +273,24 @@ impl NcclLibrary {
         if result == NCCL_SUCCESS {
             Ok(())
         } else {
-            Err(setup_error(format!(
-                "{call} failed: {}",
-                self.describe(result)
-            )))
+            Err(self
+                .collective
+                .error(format!("{call} failed: {}", self.describe(result))))
         }
     }
-}
-
-fn symbol_error(e: libloading::Error) -> ParallelError {
-    setup_error(format!("NCCL symbol lookup failed: {e}"))
 }
 
 /// Whether NCCL can be loaded with every entry point this module calls; `Ok` carries its
 /// version, `Err` names the missing library or symbols.
 pub fn check_library() -> Result<String, ParallelError> {
-    crate::runtime::guard::catch(|| NcclLibrary::load()?.version())
-        .unwrap_or_else(|panic| Err(setup_error(format!("NCCL failed to load: {panic}"))))
+    check_library_of(Collective::Nccl)
+}
+
+/// The same for NCCL or RCCL.
+pub fn check_library_of(collective: Collective) -> Result<String, ParallelError> {
+    crate::runtime::guard::catch(|| NcclLibrary::load(collective)?.version()).unwrap_or_else(
+        |panic| Err(collective.error(format!("{} failed to load: {panic}", collective.library()))),
+    )
 }
 
 /// One rank's communicator; `None` once aborted or destroyed.
@@ -231,20 +303,24 @@ struct RankComm {
 unsafe impl Send for RankComm {}
 
 pub struct NcclAllReduce {
+    collective: Collective,
     library: Arc<NcclLibrary>,
     version: String,
-    /// CUDA ordinal of each rank's device.
+    /// Ordinal of each rank's device in its runtime.
     ordinals: Vec<usize>,
     comms: Vec<Mutex<RankComm>>,
     aborted: AtomicBool,
     failure: Mutex<Option<(usize, String)>>,
     timeout: Duration,
     stream_query: StreamQuery,
+    /// Keeps `stream_query` valid when it comes from the HIP runtime.
+    _stream_library: Option<libloading::Library>,
 }
 
 impl std::fmt::Debug for NcclAllReduce {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NcclAllReduce")
+            .field("collective", &self.collective)
             .field("version", &self.version)
             .field("ordinals", &self.ordinals)
             .finish()
@@ -252,30 +328,36 @@ impl std::fmt::Debug for NcclAllReduce {
 }
 
 impl NcclAllReduce {
-    /// A group with rank `r` on `backends[r]`, with [`DEFAULT_TIMEOUT`].
+    /// A group with rank `r` on `backends[r]`, with [`DEFAULT_TIMEOUT`]: NCCL for CUDA
+    /// devices, RCCL for HIP devices.
     pub fn open(backends: &[GpuBackend]) -> Result<NcclAllReduce, ParallelError> {
         Self::open_with_timeout(backends, DEFAULT_TIMEOUT)
     }
 
-    /// Loads NCCL, creates one communicator per device and runs one all-reduce over all
-    /// of them from this thread, checking its sums, so a group that opens has worked once.
+    /// Loads the library, creates one communicator per device and runs one all-reduce over
+    /// all of them from this thread, checking its sums, so a group that opens has worked
+    /// once.
     pub fn open_with_timeout(
         backends: &[GpuBackend],
         timeout: Duration,
     ) -> Result<NcclAllReduce, ParallelError> {
-        let ordinals = cuda_ordinals(backends)?;
-        crate::runtime::guard::catch(|| Self::open_checked(backends, ordinals, timeout))
-            .unwrap_or_else(|panic| Err(setup_error(format!("NCCL setup failed: {panic}"))))
+        let (collective, ordinals) = device_ordinals(backends)?;
+        crate::runtime::guard::catch(|| Self::open_checked(collective, backends, ordinals, timeout))
+            .unwrap_or_else(|panic| {
+                Err(collective.error(format!("{} setup failed: {panic}", collective.library())))
+            })
     }
 
     fn open_checked(
+        collective: Collective,
         backends: &[GpuBackend],
         ordinals: Vec<usize>,
         timeout: Duration,
     ) -> Result<NcclAllReduce, ParallelError> {
-        let library = Arc::new(NcclLibrary::load()?);
+        let setup_error = |reason| collective.error(reason);
+        let library = Arc::new(NcclLibrary::load(collective)?);
         let version = library.version()?;
-        let stream_query = stream_query()?;
+        let (stream_query, stream_library) = stream_query(collective)?;
         let devices: Vec<c_int> = ordinals
             .iter()
             .map(|&o| c_int::try_from(o).map_err(|_| setup_error(format!("device ordinal {o}"))))
@@ -288,6 +370,7 @@ impl NcclAllReduce {
             (library.comm_init_all)(raw.as_mut_ptr(), count, devices.as_ptr())
         })?;
         let group = NcclAllReduce {
+            collective,
             library,
             version,
             ordinals,
@@ -299,6 +382,7 @@ impl NcclAllReduce {
             failure: Mutex::new(None),
             timeout,
             stream_query,
+            _stream_library: stream_library,
         };
         group.warm_up(backends)?;
         Ok(group)
@@ -316,7 +400,7 @@ impl NcclAllReduce {
             comms.push(
                 lock(slot)
                     .comm
-                    .ok_or_else(|| setup_error("no communicator".into()))?,
+                    .ok_or_else(|| self.collective.error("no communicator".into()))?,
             );
         }
         let lib = &self.library;
@@ -352,7 +436,7 @@ impl NcclAllReduce {
         for (rank, (backend, buffer)) in backends.iter().zip(&buffers).enumerate() {
             backend.download(buffer, &mut host)?;
             if let Some(bad) = host.iter().position(|&v| v != want) {
-                return Err(setup_error(format!(
+                return Err(self.collective.error(format!(
                     "the warm-up all-reduce left {} at element {bad} on rank {rank}, \
                      expected {want}",
                     host[bad]
@@ -396,10 +480,11 @@ impl NcclAllReduce {
     ) -> Result<(), ParallelError> {
         let driver = backend.driver();
         let info = driver.info();
-        if driver.runtime() != "cuda" || info.ordinal != self.ordinals[rank] {
+        if driver.runtime() != self.collective.runtime() || info.ordinal != self.ordinals[rank] {
             return Err(ParallelError::Setup {
                 reason: format!(
-                    "rank {rank} belongs to CUDA device {}, called with {} device {}",
+                    "rank {rank} belongs to {} device {}, called with {} device {}",
+                    self.collective.devices(),
                     self.ordinals[rank],
                     driver.runtime(),
                     info.ordinal
@@ -436,7 +521,7 @@ impl NcclAllReduce {
             let ended = lib.check("ncclGroupEnd", (lib.group_end)());
             enqueued.and(ended)?;
         }
-        self.wait(rank, comm, stream as cuda::CUstream)
+        self.wait(rank, comm, stream)
     }
 
     /// Polls `stream` until the all-reduce completes, the group is aborted, NCCL reports
@@ -445,7 +530,7 @@ impl NcclAllReduce {
         &self,
         rank: usize,
         comm: sys::ncclComm_t,
-        stream: cuda::CUstream,
+        stream: *mut c_void,
     ) -> Result<(), ParallelError> {
         let started = Instant::now();
         loop {
@@ -455,8 +540,9 @@ impl NcclAllReduce {
                 CUDA_SUCCESS => return Ok(()),
                 CUDA_ERROR_NOT_READY => {}
                 other => {
-                    return Err(setup_error(format!(
-                        "rank {rank}: cuStreamQuery failed with CUDA error {other}"
+                    return Err(self.collective.error(format!(
+                        "rank {rank}: polling the stream failed with {} error {other}",
+                        self.collective.devices()
                     )))
                 }
             }
@@ -470,14 +556,13 @@ impl NcclAllReduce {
                 (lib.comm_get_async_error)(comm, &mut async_error)
             })?;
             if async_error != NCCL_SUCCESS && async_error != NCCL_IN_PROGRESS {
-                return Err(setup_error(format!(
-                    "rank {rank}: {}",
-                    lib.describe(async_error)
-                )));
+                return Err(self
+                    .collective
+                    .error(format!("rank {rank}: {}", lib.describe(async_error))));
             }
             let waited = started.elapsed();
             if waited >= self.timeout {
-                return Err(setup_error(format!(
+                return Err(self.collective.error(format!(
                     "rank {rank} waited {waited:?} for the all-reduce to complete"
                 )));
             }
@@ -492,7 +577,7 @@ impl NcclAllReduce {
 
 impl AllReduce<GpuBackend> for NcclAllReduce {
     fn name(&self) -> &str {
-        NAME
+        self.collective.name()
     }
 
     fn ranks(&self) -> usize {
@@ -544,7 +629,12 @@ impl AllReduce<GpuBackend> for NcclAllReduce {
         // Each rank aborts its own communicator when it sees this flag: NCCL does not
         // allow one communicator to be used from two threads at once.
         self.aborted.store(true, Ordering::Release);
-        tracing::warn!(rank, reason, "NCCL all-reduce aborted");
+        tracing::warn!(
+            rank,
+            reason,
+            library = self.collective.library(),
+            "all-reduce aborted"
+        );
     }
 }
 
@@ -572,78 +662,121 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The CUDA ordinal of each backend's device: all CUDA, all distinct, at least one.
-fn cuda_ordinals(backends: &[GpuBackend]) -> Result<Vec<usize>, ParallelError> {
-    if backends.is_empty() {
-        return Err(setup_error(
-            "an NCCL group needs at least one device".into(),
-        ));
-    }
+/// The collective for `backends` and the ordinal of each one's device: all of one runtime
+/// that has a collective, all distinct, at least one.
+fn device_ordinals(backends: &[GpuBackend]) -> Result<(Collective, Vec<usize>), ParallelError> {
+    let Some(first) = backends.first() else {
+        return Err(
+            Collective::Nccl.error("an NCCL or RCCL group needs at least one device".into())
+        );
+    };
+    let runtime = first.driver().runtime();
+    let Some(collective) = Collective::for_runtime(runtime) else {
+        return Err(Collective::Nccl.error(format!(
+            "rank 0 is a {runtime} device; NCCL needs CUDA devices and RCCL HIP devices"
+        )));
+    };
     let mut ordinals = Vec::with_capacity(backends.len());
     for (rank, backend) in backends.iter().enumerate() {
         let driver = backend.driver();
-        if driver.runtime() != "cuda" {
-            return Err(setup_error(format!(
-                "rank {rank} is a {} device; NCCL needs CUDA devices",
-                driver.runtime()
+        if driver.runtime() != collective.runtime() {
+            return Err(collective.error(format!(
+                "rank {rank} is a {} device; {} needs {} devices",
+                driver.runtime(),
+                collective.library(),
+                collective.devices()
             )));
         }
         let ordinal = driver.info().ordinal;
         if let Some(first) = ordinals.iter().position(|&o| o == ordinal) {
-            return Err(setup_error(format!(
-                "ranks {first} and {rank} are both CUDA device {ordinal}; NCCL needs one \
-                 rank per device"
+            return Err(collective.error(format!(
+                "ranks {first} and {rank} are both {} device {ordinal}; {} needs one rank \
+                 per device",
+                collective.devices(),
+                collective.library()
             )));
         }
         ordinals.push(ordinal);
     }
-    Ok(ordinals)
+    Ok((collective, ordinals))
 }
 
-/// `cuStreamQuery` from the CUDA driver library, resolved without cudarc's panicking
-/// loader.
-fn stream_query() -> Result<StreamQuery, ParallelError> {
-    // SAFETY: only opens the library by its candidate names.
-    if !unsafe { cuda::is_culib_present() } {
-        return Err(setup_error(
-            "CUDA driver library (libcuda.so.1) not found".into(),
-        ));
-    }
-    // SAFETY: the library was found just now; `culib` opens it by the same names, and
-    // cuStreamQuery has this signature in cuda.h.
-    unsafe {
-        cuda::culib()
-            .get::<StreamQuery>(STREAM_QUERY.as_bytes())
-            .map(|f| *f)
-            .map_err(|e| setup_error(format!("the CUDA driver library lacks {STREAM_QUERY}: {e}")))
+/// The function that polls a stream of the collective's runtime: `cuStreamQuery` from the
+/// CUDA driver library (resolved without cudarc's panicking loader), or `hipStreamQuery`
+/// from the HIP runtime, with the library that keeps it valid.
+fn stream_query(
+    collective: Collective,
+) -> Result<(StreamQuery, Option<libloading::Library>), ParallelError> {
+    match collective {
+        Collective::Nccl => {
+            // SAFETY: only opens the library by its candidate names.
+            if !unsafe { cuda::is_culib_present() } {
+                return Err(collective.error("CUDA driver library (libcuda.so.1) not found".into()));
+            }
+            // SAFETY: the library was found just now; `culib` opens it by the same names,
+            // and cuStreamQuery takes a stream handle (a pointer) and returns a CUresult.
+            let query = unsafe {
+                cuda::culib()
+                    .get::<StreamQuery>(STREAM_QUERY.as_bytes())
+                    .map(|f| *f)
+                    .map_err(|e| {
+                        collective
+                            .error(format!("the CUDA driver library lacks {STREAM_QUERY}: {e}"))
+                    })?
+            };
+            Ok((query, None))
+        }
+        Collective::Rccl => {
+            let library = open_first(HIP_LIBRARY_NAMES)
+                .map_err(|why| collective.error(format!("HIP runtime library not found: {why}")))?;
+            // SAFETY: hipStreamQuery takes a stream handle (a pointer) and returns a
+            // hipError_t (an int); the library is kept with the pointer.
+            let query = unsafe {
+                library
+                    .get::<StreamQuery>(HIP_STREAM_QUERY.as_bytes())
+                    .map(|f| *f)
+                    .map_err(|e| {
+                        collective.error(format!(
+                            "the HIP runtime library lacks {HIP_STREAM_QUERY}: {e}"
+                        ))
+                    })?
+            };
+            Ok((query, Some(library)))
+        }
     }
 }
 
 /// The all-reduce for data-parallel training over `backends`, and what was chosen and
-/// why: NCCL for CUDA devices when it loads and its first all-reduce works, otherwise the
-/// host-staged ring.
+/// why: NCCL for CUDA devices, RCCL for HIP devices, when the library loads and its first
+/// all-reduce works; otherwise the host-staged ring.
 pub fn gpu_all_reduce(backends: &[GpuBackend]) -> (Box<dyn AllReduce<GpuBackend>>, String) {
     let runtimes: Vec<&str> = backends.iter().map(|b| b.driver().runtime()).collect();
-    let why_not_nccl = if backends.is_empty() {
+    let why_not = if backends.is_empty() {
         "no GPU devices".to_string()
-    } else if runtimes.iter().all(|&r| r == "hip") {
-        "RCCL not implemented".to_string()
-    } else if runtimes.iter().any(|&r| r != "cuda") {
+    } else if runtimes.iter().any(|&r| r != runtimes[0]) {
         format!("devices of different runtimes ({})", runtimes.join(", "))
     } else {
+        let library = Collective::for_runtime(runtimes[0]).map_or("NCCL", |c| c.library());
         match NcclAllReduce::open(backends) {
-            Ok(nccl) => {
-                let note = format!("{} over {} CUDA devices", nccl.version(), backends.len());
-                return (Box::new(nccl), note);
+            Ok(group) => {
+                let note = format!(
+                    "{} over {} {} devices",
+                    group.version(),
+                    backends.len(),
+                    group.collective.devices()
+                );
+                return (Box::new(group), note);
             }
-            Err(ParallelError::Collective { reason, .. }) if reason.starts_with("NCCL ") => reason,
-            Err(ParallelError::Collective { reason, .. }) => format!("NCCL not used: {reason}"),
-            Err(e) => format!("NCCL not used: {e}"),
+            Err(ParallelError::Collective { reason, .. }) if reason.starts_with(library) => reason,
+            Err(ParallelError::Collective { reason, .. }) => {
+                format!("{library} not used: {reason}")
+            }
+            Err(e) => format!("{library} not used: {e}"),
         }
     };
     (
         host_ring(backends.len()),
-        format!("{why_not_nccl}: host-staged ring"),
+        format!("{why_not}: host-staged ring"),
     )
 }
 
