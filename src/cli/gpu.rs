@@ -12,7 +12,9 @@ use serde::Serialize;
 
 use super::args::{GpuCheckArgs, GpuCommand};
 use super::UsageError;
-use crate::engine::backend::crosscheck::{self, OpComparison, StepTolerances, Tolerances};
+use crate::engine::backend::crosscheck::{
+    self, OpComparison, StepShape, StepTolerances, Tolerances, SIXTEEN_BIT_STEP,
+};
 use crate::engine::backend::gpu::cache::KernelCache;
 use crate::engine::backend::gpu::cuda::{CudaDriver, MathMode};
 use crate::engine::backend::gpu::driver::{DeviceInfo, GpuDriver, MatmulPrecision};
@@ -40,9 +42,9 @@ struct DeviceReport {
     kernel_setup_s: f64,
     ops: Vec<OpComparison>,
     training_step: Vec<OpComparison>,
-    /// The same with activations stored in fp16 and in bf16.
+    /// The same with activations stored in fp16 and in bf16, the step on a small ResNet.
     ops_16_bit: Vec<OpComparison>,
-    training_step_fp16: Vec<OpComparison>,
+    training_steps_16_bit: Vec<OpComparison>,
     matmul: Vec<MatmulFigure>,
     /// Training throughput in f32 and with fp16 activations.
     throughput: Vec<ThroughputFigure>,
@@ -177,7 +179,7 @@ fn check_device(
                 ops: vec![],
                 training_step: vec![],
                 ops_16_bit: vec![],
-                training_step_fp16: vec![],
+                training_steps_16_bit: vec![],
                 matmul: vec![],
                 throughput: vec![],
                 profile: vec![],
@@ -233,7 +235,7 @@ fn check_device(
         ),
         &training_step,
     );
-    let (ops_16_bit, training_step_fp16) = check_16_bit(&gpu, &mut errors);
+    let (ops_16_bit, training_steps_16_bit) = check_16_bit(&gpu, &mut errors);
     drop(gpu);
 
     let mut matmul = Vec::new();
@@ -344,7 +346,7 @@ fn check_device(
         && all_passed(&ops)
         && all_passed(&training_step)
         && all_passed(&ops_16_bit)
-        && all_passed(&training_step_fp16);
+        && all_passed(&training_steps_16_bit);
     let _ = std::io::stdout().flush();
     DeviceReport {
         device: info,
@@ -352,7 +354,7 @@ fn check_device(
         ops,
         training_step,
         ops_16_bit,
-        training_step_fp16,
+        training_steps_16_bit,
         matmul,
         throughput,
         profile,
@@ -362,13 +364,20 @@ fn check_device(
     }
 }
 
-/// The kernels and one training step with 16-bit activations, against the CPU reference
-/// storing them the same way: every op in fp16 and bf16, the step in fp16.
+/// The kernels and a training step with 16-bit activations, against the CPU reference
+/// storing them the same way, in fp16 and in bf16 (the step is the small
+/// [`SIXTEEN_BIT_STEP`], whose disagreement a wrong kernel cannot hide in).
 fn check_16_bit(
     gpu: &GpuBackend,
     errors: &mut Vec<String>,
 ) -> (Vec<OpComparison>, Vec<OpComparison>) {
-    let mut ops = Vec::new();
+    let (mut ops, mut steps) = (Vec::new(), Vec::new());
+    let label = |precision: Precision, results: Vec<OpComparison>| {
+        results.into_iter().map(move |mut r| {
+            r.op = format!("{precision} {}", r.op);
+            r
+        })
+    };
     for precision in [Precision::Fp16, Precision::Bf16] {
         let reference = match HalfStorageCpu::new(CpuBackend::new(), precision) {
             Ok(r) => r,
@@ -377,55 +386,49 @@ fn check_16_bit(
                 continue;
             }
         };
+        let test = gpu.with_precision(precision);
         let tol = Tolerances::sixteen_bit(precision);
-        match crosscheck::check_ops(&gpu.with_precision(precision), &reference, 2024, tol) {
+        match crosscheck::check_ops(&test, &reference, 2024, tol) {
             Ok(results) => {
                 print_comparisons(
                     &format!("kernels against the CPU reference, {precision} activations"),
                     &results,
                 );
-                ops.extend(results.into_iter().map(|mut r| {
-                    r.op = format!("{precision} {}", r.op);
-                    r
-                }));
+                ops.extend(label(precision, results));
             }
             Err(e) => errors.push(format!("{precision} op checks: {e}")),
         }
-    }
-    let step = match HalfStorageCpu::new(CpuBackend::new(), Precision::Fp16) {
-        Ok(reference) => {
-            let started = Instant::now();
-            match crosscheck::check_training_step(
-                &gpu.with_precision(Precision::Fp16),
-                &reference,
-                ModelChoice::ResNet50,
-                STEP_BATCH,
-                STEP_IMAGE,
-                STEP_CLASSES,
-                StepTolerances::sixteen_bit(),
-            ) {
-                Ok(results) => {
-                    print_comparisons(
-                        &format!(
-                            "one ResNet-50 training step with fp16 activations against the CPU reference ({:.1} s)",
-                            started.elapsed().as_secs_f64()
-                        ),
-                        &results,
-                    );
-                    results
-                }
-                Err(e) => {
-                    errors.push(format!("fp16 training step: {e}"));
-                    vec![]
-                }
+        let StepShape {
+            model,
+            batch,
+            image_size,
+            classes,
+        } = SIXTEEN_BIT_STEP;
+        let started = Instant::now();
+        match crosscheck::check_training_step(
+            &test,
+            &reference,
+            model,
+            batch,
+            image_size,
+            classes,
+            StepTolerances::sixteen_bit(),
+        ) {
+            Ok(results) => {
+                print_comparisons(
+                    &format!(
+                        "one {} training step, batch {batch} at {image_size}², {precision} activations, against the CPU reference ({:.1} s)",
+                        model.name(),
+                        started.elapsed().as_secs_f64()
+                    ),
+                    &results,
+                );
+                steps.extend(label(precision, results));
             }
+            Err(e) => errors.push(format!("{precision} training step: {e}")),
         }
-        Err(e) => {
-            errors.push(e.to_string());
-            vec![]
-        }
-    };
-    (ops, step)
+    }
+    (ops, steps)
 }
 
 /// Two training steps with every kernel timed: where the step's time goes.

@@ -597,11 +597,31 @@ impl Default for StepTolerances {
     }
 }
 
+/// The shape of a training step to compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepShape {
+    pub model: ModelChoice,
+    pub batch: usize,
+    pub image_size: usize,
+    pub classes: usize,
+}
+
+/// The step the 16-bit checks compare: ResNet-20 at CIFAR size. With 16-bit storage every
+/// stored value can sit a rounding unit away from the reference's, so ReLUs near zero flip
+/// far more often than in f32, and over ResNet-50's depth the flips compound: two CPU
+/// references that only sum in another order disagree by about 0.5 on its fp16 gradients,
+/// which would hide a wrong kernel. Over ResNet-20 they stay near 2e-2.
+pub const SIXTEEN_BIT_STEP: StepShape = StepShape {
+    model: ModelChoice::ResNet20,
+    batch: 4,
+    image_size: 32,
+    classes: 10,
+};
+
 impl StepTolerances {
-    /// For a step with 16-bit activations against the CPU reference with the same
-    /// storage: every stored value can sit one rounding unit apart, so ReLUs near zero
-    /// flip far more often than in f32. The bounds are five times the f32 ones, still well
-    /// under the error of order one a wrong kernel gives.
+    /// For a [`SIXTEEN_BIT_STEP`] with 16-bit activations against the CPU reference with
+    /// the same storage: five times the f32 bounds, still well under the error of order
+    /// one a wrong kernel gives.
     pub fn sixteen_bit() -> StepTolerances {
         let f32 = StepTolerances::default();
         StepTolerances {
@@ -746,21 +766,32 @@ mod tests {
                 "{precision}: f32 passed as {precision}"
             );
         }
-        let tiled =
-            HalfStorageCpu::new(CpuBackend::with_conv_tile_rows(5), Precision::Fp16).unwrap();
-        let plain = HalfStorageCpu::new(CpuBackend::new(), Precision::Fp16).unwrap();
-        let results = check_training_step(
-            &tiled,
-            &plain,
-            ModelChoice::ResNet20,
-            2,
-            16,
-            10,
-            StepTolerances::sixteen_bit(),
-        )
-        .unwrap();
-        for r in &results {
-            assert!(r.passed, "{r:?}");
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            // Direct convolutions sum in another order than the tiled GEMMs, as a GPU's
+            // kernels do.
+            let tiled = HalfStorageCpu::new(CpuBackend::with_conv_tile_rows(5), precision).unwrap();
+            let plain =
+                HalfStorageCpu::new(CpuBackend::with_direct_convolutions(), precision).unwrap();
+            let StepShape {
+                model,
+                batch,
+                image_size,
+                classes,
+            } = SIXTEEN_BIT_STEP;
+            let results = check_training_step(
+                &tiled,
+                &plain,
+                model,
+                batch,
+                image_size,
+                classes,
+                StepTolerances::sixteen_bit(),
+            )
+            .unwrap();
+            for r in &results {
+                eprintln!("{precision} {} {}: {:.3e}", r.op, r.output, r.relative);
+                assert!(r.passed, "{precision}: {r:?}");
+            }
         }
     }
 

@@ -259,8 +259,12 @@ impl CudaDriver {
                 "cublasSetStream",
                 blas::cublasSetStream_v2(handle, stream as _),
             )?;
+            // The strict handle also keeps 16-bit GEMMs from reducing split-K partial sums
+            // in 16 bits, so their outputs are rounded once, as the CPU reference's are.
             let mode = match math {
-                MathMode::Strict => blas::cublasMath_t::CUBLAS_DEFAULT_MATH,
+                MathMode::Strict => {
+                    blas::cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
+                }
                 MathMode::Tf32 => blas::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
             };
             blas_check("cublasSetMathMode", blas::cublasSetMathMode(handle, mode))?;

@@ -151,6 +151,13 @@ impl Dnn {
             Precision::Fp16 => dnn::cudnnDataType_t::CUDNN_DATA_HALF,
             Precision::Bf16 => dnn::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
         };
+        // 16-bit operands lose nothing on tensor cores, so they always get them (a strict
+        // handle keeps f32 convolutions off TF32; bf16 may have no algorithm without them).
+        let math = if dtype.is_reduced() {
+            dnn::cudnnMathType_t::CUDNN_TENSOR_OP_MATH
+        } else {
+            self.math
+        };
         let mut plan = Plan {
             x: std::ptr::null_mut(),
             y: std::ptr::null_mut(),
@@ -224,7 +231,7 @@ impl Dnn {
             )?;
             check(
                 "cudnnSetConvolutionMathType",
-                dnn::cudnnSetConvolutionMathType(plan.conv, self.math),
+                dnn::cudnnSetConvolutionMathType(plan.conv, math),
             )?;
             let mut count = 0;
             let mut fwd: [dnn::cudnnConvolutionFwdAlgoPerf_t; 8] = std::mem::zeroed();

@@ -282,6 +282,15 @@ impl GpuBackend {
         )
     }
 
+    /// Turns a 16-bit buffer into f32 in place (exactly), for an op that updates it in f32.
+    fn widen_in_place(&self, buf: &mut GpuBuffer) -> Result<()> {
+        if buf.storage == Precision::Fp32 {
+            return Ok(());
+        }
+        let wide = self.convert(buf, Precision::Fp32)?;
+        self.copy(&wide, buf)
+    }
+
     /// For ops that compute in f32 only: `buf` must hold f32.
     fn require_f32(&self, op: &'static str, what: &'static str, buf: &GpuBuffer) -> Result<()> {
         if buf.storage == Precision::Fp32 {
@@ -900,6 +909,10 @@ impl Backend for GpuBackend {
     fn relu_backward(&self, y: &GpuBuffer, dy: &mut GpuBuffer) -> Result<()> {
         self.check("relu_backward", "y", y, y.len)?;
         self.check("relu_backward", "dy", dy, y.len)?;
+        // The mask reads y as it is: formats that differ meet in f32, where nothing rounds.
+        if y.storage != dy.storage {
+            self.widen_in_place(dy)?;
+        }
         let y = self.in_format(y, dy.storage)?;
         self.storage_elementwise(
             "relu_backward",
@@ -1292,7 +1305,11 @@ impl Backend for GpuBackend {
     fn add_assign(&self, dst: &mut GpuBuffer, src: &GpuBuffer) -> Result<()> {
         self.check("add_assign", "dst", dst, dst.len)?;
         self.check("add_assign", "src", src, dst.len)?;
-        let src = self.in_format(src, dst.storage)?;
+        let src = if dst.storage == Precision::Fp32 {
+            self.stored_as_f32(src)?
+        } else {
+            self.in_format(src, dst.storage)?
+        };
         self.storage_elementwise(
             "add_assign_f32",
             dst.storage,
@@ -1309,9 +1326,10 @@ impl Backend for GpuBackend {
         Ok(())
     }
 
+    /// In f32: a 16-bit x is widened first, as the CPU reference scales its stored values.
     fn scale(&self, x: &mut GpuBuffer, alpha: f32) -> Result<()> {
         self.check("scale", "x", x, x.len)?;
-        self.require_f32("scale", "x", x)?;
+        self.widen_in_place(x)?;
         self.elementwise_vec4(
             "scale_f32",
             x.len,
@@ -1322,7 +1340,7 @@ impl Backend for GpuBackend {
     fn axpy(&self, alpha: f32, x: &GpuBuffer, y: &mut GpuBuffer) -> Result<()> {
         self.check("axpy", "x", x, x.len)?;
         self.check("axpy", "y", y, x.len)?;
-        self.require_f32("axpy", "y", y)?;
+        self.widen_in_place(y)?;
         let x = self.in_format(x, Precision::Fp32)?;
         self.elementwise_vec4(
             "axpy_f32",

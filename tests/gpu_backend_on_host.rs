@@ -1,0 +1,414 @@
+//! The GPU backend over an emulated device, since no GPU can run here: a `GpuDriver` whose
+//! kernels are the real kernel source built by g++ and run on the host (an OS thread per
+//! GPU thread of a block, `__syncthreads` a barrier), whose GEMM is a plain loop over the
+//! GEMM's element formats, and whose memory is host memory. Every launch is checked
+//! against the kernel's C signature. What it cannot stand in for is the vendor libraries
+//! (cuBLAS, cuDNN, rocBLAS) and the run-time compilers: `make gpu-check` covers those on a
+//! GPU. The backend's own logic, formats, offsets and kernels are checked here, op by op
+//! and over a training step, against the CPU backend in f32 and the 16-bit CPU reference.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::{c_void, CString};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use libloading::Library;
+use tinyperf::engine::backend::crosscheck::{
+    self, OpComparison, StepShape, StepTolerances, Tolerances, SIXTEEN_BIT_STEP,
+};
+use tinyperf::engine::backend::gpu::driver::{
+    argument_slots, DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape,
+    MatmulPrecision, Transpose,
+};
+use tinyperf::engine::backend::gpu::source::{assemble, Dialect, KERNEL_NAMES};
+use tinyperf::engine::backend::gpu::GpuBackend;
+use tinyperf::engine::backend::half_storage::HalfStorageCpu;
+use tinyperf::engine::{CpuBackend, Precision};
+
+type LaunchFn = unsafe extern "C" fn(
+    *const std::ffi::c_char,
+    u32,
+    u32,
+    u32,
+    u32,
+    *mut *mut c_void,
+    *const std::ffi::c_char,
+) -> i32;
+type GemmFn = unsafe extern "C" fn(
+    i64,
+    i64,
+    i64,
+    *const c_void,
+    i64,
+    i32,
+    *const c_void,
+    i64,
+    i32,
+    *mut c_void,
+    i64,
+    f32,
+    f32,
+    i32,
+    i32,
+);
+
+/// A device emulated on the host (see the module comment).
+#[derive(Debug)]
+struct EmulatedDevice {
+    info: DeviceInfo,
+    library: Library,
+    _dir: tempfile::TempDir,
+    blocks: Mutex<HashMap<u64, std::alloc::Layout>>,
+    /// One launch at a time: the kernels' block barrier is one global.
+    launches: Mutex<BTreeSet<String>>,
+    gemm_formats: Mutex<BTreeSet<String>>,
+}
+
+impl EmulatedDevice {
+    fn build() -> EmulatedDevice {
+        let dir = tempfile::tempdir().unwrap();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu");
+        let list: String = KERNEL_NAMES.iter().map(|n| format!("K({n}) ")).collect();
+        let launch = std::fs::read_to_string(fixtures.join("emulated_device_launch.inc")).unwrap();
+        let source = dir.path().join("kernels.cpp");
+        std::fs::write(
+            &source,
+            format!(
+                "{}\n#define KERNEL_LIST {list}\n{launch}",
+                assemble(Dialect::Cuda)
+            ),
+        )
+        .unwrap();
+        let library = dir.path().join("libemulated.so");
+        let out = Command::new("g++")
+            .args([
+                "-std=c++20",
+                "-O2",
+                "-shared",
+                "-fPIC",
+                "-w",
+                "-pthread",
+                "-include",
+            ])
+            .arg(fixtures.join("emulated_device.h"))
+            .arg(&source)
+            .arg("-o")
+            .arg(&library)
+            .output()
+            .expect("g++ is installed by `make test-deps`");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // SAFETY: a library this test just built; loading it runs the C++ runtime's
+        // initialisers only.
+        let library = unsafe { Library::new(&library) }.unwrap();
+        EmulatedDevice {
+            info: DeviceInfo {
+                ordinal: 0,
+                name: "emulated device".into(),
+                arch: "host".into(),
+                pci_address: None,
+                memory_bytes: 64 << 30,
+                multiprocessors: 1,
+            },
+            library,
+            _dir: dir,
+            blocks: Mutex::new(HashMap::new()),
+            launches: Mutex::new(BTreeSet::new()),
+            gemm_formats: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    fn shared() -> Arc<EmulatedDevice> {
+        static DEVICE: OnceLock<Arc<EmulatedDevice>> = OnceLock::new();
+        DEVICE
+            .get_or_init(|| Arc::new(EmulatedDevice::build()))
+            .clone()
+    }
+}
+
+fn kind(arg: &KernelArg) -> char {
+    match arg {
+        KernelArg::Ptr(_) => 'P',
+        KernelArg::I32(_) => 'i',
+        KernelArg::I64(_) => 'l',
+        KernelArg::F32(_) => 'f',
+    }
+}
+
+fn format_code(p: Precision) -> i32 {
+    match p {
+        Precision::Fp32 => 0,
+        Precision::Fp16 => 1,
+        Precision::Bf16 => 2,
+    }
+}
+
+fn no_such_thing() -> DriverError {
+    DriverError::InvalidArgument("the emulated device has no pinned memory or peers".into())
+}
+
+impl GpuDriver for EmulatedDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+    fn runtime(&self) -> &'static str {
+        "cuda"
+    }
+    fn native_stream(&self) -> *mut c_void {
+        std::ptr::null_mut()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError> {
+        let layout = std::alloc::Layout::from_size_align(bytes.max(1), 256).unwrap();
+        // SAFETY: a non-zero size; filled with 0xff so that reading memory no op wrote
+        // shows as NaN.
+        let block = unsafe {
+            let block = std::alloc::alloc(layout);
+            assert!(!block.is_null());
+            std::ptr::write_bytes(block, 0xff, layout.size());
+            block
+        };
+        self.blocks.lock().unwrap().insert(block as u64, layout);
+        Ok(DevicePtr(block as u64))
+    }
+    unsafe fn free(&self, ptr: DevicePtr) {
+        if let Some(layout) = self.blocks.lock().unwrap().remove(&ptr.0) {
+            // SAFETY: allocated above with this layout.
+            unsafe { std::alloc::dealloc(ptr.0 as *mut u8, layout) };
+        }
+    }
+    fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<(), DriverError> {
+        // SAFETY: the backend sized dst for src.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) };
+        Ok(())
+    }
+    fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), DriverError> {
+        // SAFETY: the backend sized src for dst.
+        unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+    fn copy_on_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        // SAFETY: both blocks hold `bytes`.
+        unsafe { std::ptr::copy(src.0 as *const u8, dst.0 as *mut u8, bytes) };
+        Ok(())
+    }
+    fn zero(&self, dst: DevicePtr, bytes: usize) -> Result<(), DriverError> {
+        // SAFETY: the block holds `bytes`.
+        unsafe { std::ptr::write_bytes(dst.0 as *mut u8, 0, bytes) };
+        Ok(())
+    }
+    fn launch(
+        &self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[KernelArg],
+    ) -> Result<(), DriverError> {
+        assert_eq!(
+            (shape.grid.2, shape.block.2),
+            (1, 1),
+            "{kernel}: 3-D launch"
+        );
+        let mut launches = self.launches.lock().unwrap();
+        launches.insert(kernel.to_string());
+        let mut slots = argument_slots(args);
+        let mut pointers: Vec<*mut c_void> =
+            slots.iter_mut().map(|s| s.as_mut_ptr().cast()).collect();
+        let kinds: String = args.iter().map(kind).collect();
+        let (name, kinds_c) = (
+            CString::new(kernel).unwrap(),
+            CString::new(kinds.clone()).unwrap(),
+        );
+        // SAFETY: the entry point the launch fixture defines, with its C signature.
+        let run = unsafe { self.library.get::<LaunchFn>(b"emulated_launch") }.unwrap();
+        // SAFETY: each slot holds one argument in its declared width, and the fixture
+        // checks the kinds against the kernel's signature before calling it.
+        let status = unsafe {
+            run(
+                name.as_ptr(),
+                shape.grid.0,
+                shape.grid.1,
+                shape.block.0,
+                shape.block.1,
+                pointers.as_mut_ptr(),
+                kinds_c.as_ptr(),
+            )
+        };
+        match status {
+            0 => Ok(()),
+            1 => Err(DriverError::UnknownKernel(kernel.into())),
+            _ => Err(DriverError::InvalidArgument(format!(
+                "{kernel}: arguments {kinds} do not match its signature"
+            ))),
+        }
+    }
+    fn gemm(&self, g: &Gemm) -> Result<(), DriverError> {
+        g.validate()?;
+        self.gemm_formats
+            .lock()
+            .unwrap()
+            .insert(format!("{}→{}", g.types.operands, g.types.output));
+        // SAFETY: the entry point the launch fixture defines, with its C signature; the
+        // shapes were validated against the blocks the backend sized.
+        unsafe {
+            let gemm = self.library.get::<GemmFn>(b"emulated_gemm").unwrap();
+            gemm(
+                g.m as i64,
+                g.n as i64,
+                g.k as i64,
+                g.a.0 as *const c_void,
+                g.lda as i64,
+                (g.trans_a == Transpose::Yes) as i32,
+                g.b.0 as *const c_void,
+                g.ldb as i64,
+                (g.trans_b == Transpose::Yes) as i32,
+                g.c.0 as *mut c_void,
+                g.ldc as i64,
+                g.alpha,
+                g.beta,
+                format_code(g.types.operands),
+                format_code(g.types.output),
+            )
+        };
+        Ok(())
+    }
+    fn synchronize(&self) -> Result<(), DriverError> {
+        Ok(())
+    }
+    fn alloc_pinned(&self, _: usize) -> Result<*mut u8, DriverError> {
+        Err(no_such_thing())
+    }
+    unsafe fn free_pinned(&self, _: *mut u8) {}
+    unsafe fn copy_async(
+        &self,
+        _: bool,
+        _: *mut u8,
+        _: DevicePtr,
+        _: usize,
+    ) -> Result<(), DriverError> {
+        Err(no_such_thing())
+    }
+    fn enable_peer_access(&self, _: &dyn GpuDriver) -> Result<(), DriverError> {
+        Err(no_such_thing())
+    }
+    fn copy_to_peer_async(
+        &self,
+        _: &dyn GpuDriver,
+        _: DevicePtr,
+        _: DevicePtr,
+        _: usize,
+    ) -> Result<(), DriverError> {
+        Err(no_such_thing())
+    }
+    fn matmul_square(
+        &self,
+        _: MatmulPrecision,
+        _: usize,
+        _: DevicePtr,
+        _: DevicePtr,
+        _: DevicePtr,
+    ) -> Result<(), DriverError> {
+        Err(no_such_thing())
+    }
+    fn time_ms(
+        &self,
+        work: &mut dyn FnMut() -> Result<(), DriverError>,
+    ) -> Result<f64, DriverError> {
+        work()?;
+        Ok(1.0)
+    }
+}
+
+fn assert_all_passed(label: &str, results: &[OpComparison]) {
+    assert!(!results.is_empty(), "{label}: nothing compared");
+    for r in results {
+        assert!(r.passed, "{label}: {r:?}");
+    }
+}
+
+#[test]
+fn every_op_matches_the_cpu_in_f32_and_in_16_bits_on_an_emulated_device() {
+    let device = EmulatedDevice::shared();
+    let gpu = GpuBackend::new(device.clone());
+    let exact = Tolerances {
+        exact: 1e-5,
+        gemm: 1e-5,
+    };
+    let f32_results = crosscheck::check_ops(&gpu, &CpuBackend::new(), 2024, exact).unwrap();
+    assert!(f32_results.len() > 30, "{} comparisons", f32_results.len());
+    assert_all_passed("f32", &f32_results);
+    for precision in [Precision::Fp16, Precision::Bf16] {
+        let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
+        let results = crosscheck::check_ops(
+            &gpu.with_precision(precision),
+            &reference,
+            2024,
+            Tolerances::sixteen_bit(precision),
+        )
+        .unwrap();
+        assert_eq!(results.len(), f32_results.len());
+        assert_all_passed(precision.name(), &results);
+    }
+    let launched = device.launches.lock().unwrap().clone();
+    for kernel in [
+        "im2col_f16",
+        "bn_partial_sums_bf16",
+        "store_f16",
+        "load_bf16",
+    ] {
+        assert!(
+            launched.contains(kernel),
+            "{kernel} never ran: {launched:?}"
+        );
+    }
+    let formats = device.gemm_formats.lock().unwrap().clone();
+    for wanted in ["fp32→fp32", "fp16→fp16", "fp16→fp32", "bf16→bf16"] {
+        assert!(formats.contains(wanted), "no {wanted} GEMM: {formats:?}");
+    }
+}
+
+#[test]
+fn a_training_step_matches_the_cpu_in_f32_and_in_16_bits_on_an_emulated_device() {
+    let gpu = GpuBackend::new(EmulatedDevice::shared());
+    let StepShape {
+        model,
+        batch,
+        image_size,
+        classes,
+    } = SIXTEEN_BIT_STEP;
+    let results = crosscheck::check_training_step(
+        &gpu,
+        &CpuBackend::new(),
+        model,
+        batch,
+        image_size,
+        classes,
+        StepTolerances::default(),
+    )
+    .unwrap();
+    assert_all_passed("f32 step", &results);
+    for precision in [Precision::Fp16, Precision::Bf16] {
+        let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
+        let results = crosscheck::check_training_step(
+            &gpu.with_precision(precision),
+            &reference,
+            model,
+            batch,
+            image_size,
+            classes,
+            StepTolerances::sixteen_bit(),
+        )
+        .unwrap();
+        assert_all_passed(precision.name(), &results);
+    }
+}
