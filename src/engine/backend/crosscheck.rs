@@ -620,14 +620,17 @@ pub const SIXTEEN_BIT_STEP: StepShape = StepShape {
 
 impl StepTolerances {
     /// For a [`SIXTEEN_BIT_STEP`] with 16-bit activations against the CPU reference with
-    /// the same storage: five times the f32 bounds, still well under the error of order
-    /// one a wrong kernel gives.
+    /// the same storage: five times the f32 bounds on the outputs and on all gradients
+    /// together, still well under the error of order one a wrong kernel gives. A single
+    /// small parameter's gradient (a batch norm's γ over 16 channels) is dominated by the
+    /// ReLUs that flip, up to 0.3 between correct backends in bf16, so it is only held to
+    /// being of the right sign and size overall; the op checks hold each kernel tightly.
     pub fn sixteen_bit() -> StepTolerances {
         let f32 = StepTolerances::default();
         StepTolerances {
             outputs: 5.0 * 2f64.powi(-8),
             all_gradients: 5.0 * f32.all_gradients,
-            single_parameter: 5.0 * f32.single_parameter,
+            single_parameter: 1.0,
         }
     }
 }
