@@ -412,3 +412,79 @@ fn a_training_step_matches_the_cpu_in_f32_and_in_16_bits_on_an_emulated_device()
         assert_all_passed(precision.name(), &results);
     }
 }
+
+#[test]
+fn fp16_replicas_train_together_through_the_host_ring_on_an_emulated_device() {
+    use tinyperf::engine::data::Batch;
+    use tinyperf::engine::init::standard_normal;
+    use tinyperf::engine::layers::SoftmaxCrossEntropy;
+    use tinyperf::engine::model::resnet::ResNet;
+    use tinyperf::engine::model::Model;
+    use tinyperf::engine::optim::LarsConfig;
+    use tinyperf::engine::parallel::{gpu_all_reduce, DataParallel, Replica};
+    use tinyperf::engine::train::{DeviceOptimizer, ModelChoice, StepOutcome};
+    use tinyperf::engine::Backend;
+
+    let (image, classes, n) = (16, 10, 4);
+    let backends: Vec<GpuBackend> = (0..2)
+        .map(|_| GpuBackend::new(EmulatedDevice::shared()).with_precision(Precision::Fp16))
+        .collect();
+    // The emulated device has no NCCL: the chooser falls back to the host-staged ring.
+    let (collective, chosen) = gpu_all_reduce(&backends);
+    assert_eq!(collective.name(), "host-ring", "{chosen}");
+    let replicas = backends
+        .into_iter()
+        .map(|backend| Replica {
+            model: ModelChoice::ResNet20
+                .build(&backend, classes, image, 3)
+                .unwrap(),
+            backend,
+            optimizer: DeviceOptimizer::new(LarsConfig::default()),
+        })
+        .collect();
+    let loss = SoftmaxCrossEntropy {
+        label_smoothing: 0.1,
+    };
+    let mut dp = DataParallel::new(replicas, collective, loss).unwrap();
+    let batch = Batch {
+        epoch: 0,
+        index: 0,
+        image_size: image,
+        images: standard_normal(5, 3, n * image * image * 3),
+        labels: (0..n as u32).map(|i| i % classes as u32).collect(),
+        valid: vec![true; n],
+        sample_ids: (0..n).collect(),
+        replaced: 0,
+    };
+    let weights = |dp: &mut DataParallel<GpuBackend, ResNet<GpuBackend>>| -> Vec<Vec<f32>> {
+        dp.replicas_mut()
+            .iter_mut()
+            .map(|r| {
+                let mut all = Vec::new();
+                for p in r.model.parameters() {
+                    let mut v = vec![0.0; r.backend.buffer_len(p.param.value)];
+                    r.backend.download(p.param.value, &mut v).unwrap();
+                    all.extend(v);
+                }
+                all
+            })
+            .collect()
+    };
+    let before = weights(&mut dp);
+    // A scale past fp16's range overflows on both replicas, which skip together.
+    let outcome = dp.train_step(&batch, 0.5, 1e30, &|| false).unwrap();
+    assert!(
+        matches!(outcome, StepOutcome::NonFiniteGradients(_)),
+        "{outcome:?}"
+    );
+    assert_eq!(weights(&mut dp), before);
+    // The reference's static scale applies, and both replicas end with the same weights.
+    let outcome = dp.train_step(&batch, 0.5, 128.0, &|| false).unwrap();
+    let StepOutcome::Updated(result) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert!(result.loss.is_finite() && result.valid == n);
+    let after = weights(&mut dp);
+    assert_ne!(after[0], before[0]);
+    assert_eq!(after[0], after[1]);
+}
