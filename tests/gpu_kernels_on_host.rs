@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use libloading::{Library, Symbol};
-use tinyperf::engine::backend::gpu::source::{assemble, Dialect};
+use tinyperf::engine::backend::gpu::source::{assemble, format_suffix as suffix, Dialect};
 use tinyperf::engine::backend::half_storage::HalfStorageCpu;
 use tinyperf::engine::{Backend, CpuBackend, GlobalPoolParams, PoolParams, Precision};
 
@@ -93,14 +93,6 @@ impl HostKernels {
 }
 
 type Convert<I, O> = unsafe extern "C" fn(*const I, *mut O, i64);
-
-fn suffix(p: Precision) -> &'static str {
-    match p {
-        Precision::Fp16 => "f16",
-        Precision::Bf16 => "bf16",
-        Precision::Fp32 => "f32",
-    }
-}
 
 fn to_bits(p: Precision, v: f32) -> u16 {
     match p {

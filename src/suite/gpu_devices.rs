@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 use super::options::{self, BACKEND};
 use crate::engine::backend::gpu::GpuBackend;
 use crate::engine::backend::select::{self, BackendKind, GpuRuntime};
+use crate::engine::Precision;
 
 /// The GPUs a run uses, or why it runs on the CPU.
 pub enum GpuChoice {
@@ -16,6 +17,22 @@ pub enum GpuChoice {
         runtime: GpuRuntime,
         backends: Vec<GpuBackend>,
     },
+}
+
+impl GpuChoice {
+    /// The same choice with every GPU backend storing activations in `precision`.
+    pub fn with_precision(self, precision: Precision) -> GpuChoice {
+        match self {
+            GpuChoice::Gpus { runtime, backends } => GpuChoice::Gpus {
+                runtime,
+                backends: backends
+                    .into_iter()
+                    .map(|b| b.with_precision(precision))
+                    .collect(),
+            },
+            cpu => cpu,
+        }
+    }
 }
 
 /// The `backend` option (`auto` when absent).

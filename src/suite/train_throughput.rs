@@ -170,17 +170,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let image_size = n(TRAIN_IMAGE_SIZE, IMAGE_SIDE);
     let recipe = Recipe::mlperf();
     let precision = options::precision(ctx.options);
-    let choice = match choice {
-        GpuChoice::Gpus { runtime, backends } => GpuChoice::Gpus {
-            runtime,
-            backends: backends
-                .into_iter()
-                .map(|b| b.with_precision(precision))
-                .collect(),
-        },
-        cpu => cpu,
-    };
-    let measured = match choice {
+    let measured = match choice.with_precision(precision) {
         GpuChoice::Cpu { reason } if precision.is_reduced() => {
             report.findings.push(format!(
                 "measured on the CPU: {reason}; the CPU emulates {precision} storage by \

@@ -118,20 +118,14 @@ pub fn run(ctx: &mut StageContext<'_>, job: TrainJob) -> StageResult {
     };
     let precision = job.recipe.precision;
     let devices = match super::gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { runtime, backends }) if precision.is_reduced() => {
+        Ok(gpus @ GpuChoice::Gpus { .. }) if precision.is_reduced() => {
             report.findings.push(format!(
                 "{precision} mixed precision: activations, activation gradients and \
                  convolutions in {precision}, master weights, batch-norm statistics, logits and \
                  loss f32; {}",
                 describe_loss_scaling(job.recipe.loss_scaling())
             ));
-            Ok(GpuChoice::Gpus {
-                runtime,
-                backends: backends
-                    .into_iter()
-                    .map(|b| b.with_precision(precision))
-                    .collect(),
-            })
+            Ok(gpus.with_precision(precision))
         }
         other => other,
     };

@@ -309,16 +309,6 @@ pub fn timed_series<D: GpuDriver + ?Sized>(
     Ok(series)
 }
 
-/// Times `product` `repeats` times after two warm-ups and turns the median into TFLOP/s.
-pub fn median_tflops<D: GpuDriver + ?Sized>(
-    driver: &D,
-    product: &mut dyn FnMut() -> Result<(), DriverError>,
-    n: usize,
-    repeats: usize,
-) -> Result<f64, DriverError> {
-    timed_series(driver, product, n, repeats, 0.0)?.median_tflops()
-}
-
 /// The median of `repeats` timings of `copy` (after one warm-up) as GB/s for `bytes`.
 pub fn median_gbps<D: GpuDriver + ?Sized>(
     driver: &D,

@@ -48,7 +48,7 @@ use driver::{
     Transpose,
 };
 use pool::DevicePool;
-use source::storage_kernel;
+use source::{format_suffix, storage_kernel};
 
 /// Column-buffer budget of one im2col chunk, in elements (512 MiB of f32).
 pub const IM2COL_BUDGET_ELEMS: usize = 1 << 27;
@@ -85,13 +85,10 @@ impl GpuBuffer {
         self.storage
     }
 
+    /// The address of element `elems` in the buffer's format (an op tags its output
+    /// before it addresses into it).
     fn at(&self, elems: usize) -> DevicePtr {
-        self.at_in(elems, self.storage)
-    }
-
-    /// The address of element `elems` when the buffer holds (or is about to hold) `format`.
-    fn at_in(&self, elems: usize, format: Precision) -> DevicePtr {
-        self.ptr.offset(elems * element_bytes(format))
+        self.ptr.offset(elems * element_bytes(self.storage))
     }
 }
 
@@ -100,15 +97,6 @@ fn element_bytes(format: Precision) -> usize {
         2
     } else {
         4
-    }
-}
-
-/// The suffix of a 16-bit format's conversion kernels (`store_f16`, `load_bf16`).
-fn format_suffix(format: Precision) -> &'static str {
-    match format {
-        Precision::Fp32 => "f32",
-        Precision::Fp16 => "f16",
-        Precision::Bf16 => "bf16",
     }
 }
 

@@ -1,6 +1,8 @@
 //! The kernel source handed to the run-time compiler: one file of kernels shared by CUDA
 //! and HIP, behind a short prelude per dialect.
 
+use crate::engine::Precision;
+
 /// The run-time compiler a source is assembled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -146,16 +148,23 @@ pub fn defined_kernels(source: &str) -> Vec<&str> {
     names
 }
 
+/// The suffix kernel names give a storage format (`store_f16`, `load_bf16`, `add_f32`).
+pub fn format_suffix(format: Precision) -> &'static str {
+    match format {
+        Precision::Fp32 => "f32",
+        Precision::Fp16 => "f16",
+        Precision::Bf16 => "bf16",
+    }
+}
+
 /// The name of the kernel `f32_name` for activations stored as `precision`: the f32 kernel
 /// itself, or its 16-bit form (`relu_forward` → `relu_forward_f16`, `add_f32` → `add_bf16`).
-pub fn storage_kernel(f32_name: &str, precision: crate::engine::Precision) -> String {
-    use crate::engine::Precision;
-    let base = f32_name.strip_suffix("_f32").unwrap_or(f32_name);
-    match precision {
-        Precision::Fp32 => f32_name.to_string(),
-        Precision::Fp16 => format!("{base}_f16"),
-        Precision::Bf16 => format!("{base}_bf16"),
+pub fn storage_kernel(f32_name: &str, precision: Precision) -> String {
+    if precision == Precision::Fp32 {
+        return f32_name.to_string();
     }
+    let base = f32_name.strip_suffix("_f32").unwrap_or(f32_name);
+    format!("{base}_{}", format_suffix(precision))
 }
 
 #[cfg(test)]
