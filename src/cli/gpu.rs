@@ -74,6 +74,8 @@ struct ThroughputFigure {
     img_per_s: f64,
     step_ms_median: f64,
     step_ms: Vec<f64>,
+    peak_memory_in_use_gib: f64,
+    peak_memory_reserved_gib: f64,
 }
 
 fn check(args: &GpuCheckArgs) -> anyhow::Result<i32> {
@@ -286,8 +288,15 @@ fn check_device(
                     match train_throughput(&backend.with_precision(precision), args) {
                         Ok(t) => {
                             println!(
-                                "\nResNet-50 training, batch {} at {}² ({}): {:.0} img/s, median step {:.1} ms",
-                                t.batch, t.image_size, t.precision, t.img_per_s, t.step_ms_median
+                                "\nResNet-50 training, batch {} at {}² ({}): {:.0} img/s, median step {:.1} ms, \
+                                 peak device memory {:.1} GiB in use ({:.1} GiB held)",
+                                t.batch,
+                                t.image_size,
+                                t.precision,
+                                t.img_per_s,
+                                t.step_ms_median,
+                                t.peak_memory_in_use_gib,
+                                t.peak_memory_reserved_gib
                             );
                             throughput.push(t);
                         }
@@ -458,6 +467,7 @@ fn profile_step(backend: &GpuBackend, batch: usize) -> anyhow::Result<Vec<(Strin
 
 fn train_throughput(backend: &GpuBackend, args: &GpuCheckArgs) -> anyhow::Result<ThroughputFigure> {
     let image_size = 224;
+    backend.reset_memory()?;
     let mut model = ModelChoice::ResNet50.build(backend, 1000, image_size, 1)?;
     let report = measure_train_throughput(
         backend,
@@ -482,6 +492,8 @@ fn train_throughput(backend: &GpuBackend, args: &GpuCheckArgs) -> anyhow::Result
         img_per_s: report.images_per_s(),
         step_ms_median: report.median_step_s() * 1e3,
         step_ms: report.step_seconds.iter().map(|s| s * 1e3).collect(),
+        peak_memory_in_use_gib: backend.memory().peak_in_use_bytes as f64 / (1u64 << 30) as f64,
+        peak_memory_reserved_gib: backend.memory().peak_reserved_bytes as f64 / (1u64 << 30) as f64,
     })
 }
 

@@ -144,7 +144,39 @@ struct Measured {
     on_cpu: bool,
     device_name: String,
     collective: Option<String>,
+    /// The most device memory any one GPU needed.
+    memory: Option<DeviceMemory>,
 }
+
+#[derive(Debug, Clone, Copy)]
+struct DeviceMemory {
+    peak_in_use_bytes: usize,
+    peak_reserved_bytes: usize,
+    capacity_bytes: u64,
+}
+
+impl DeviceMemory {
+    fn of(backend: &GpuBackend) -> Self {
+        let memory = backend.memory();
+        DeviceMemory {
+            peak_in_use_bytes: memory.peak_in_use_bytes,
+            peak_reserved_bytes: memory.peak_reserved_bytes,
+            capacity_bytes: backend.driver().info().memory_bytes,
+        }
+    }
+
+    /// The GPU needing the most of its memory.
+    fn most_of(backends: impl Iterator<Item = DeviceMemory>) -> Option<Self> {
+        backends.max_by(|a, b| a.share().total_cmp(&b.share()))
+    }
+
+    fn share(&self) -> f64 {
+        self.peak_in_use_bytes as f64 / self.capacity_bytes.max(1) as f64
+    }
+}
+
+/// Above this share of a GPU's memory in use, a larger batch or model would not fit.
+const MEMORY_HEADROOM_SHARE: f64 = 0.9;
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
@@ -179,7 +211,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             match HalfStorageCpu::new(CpuBackend::new(), precision) {
                 Ok(backend) => measure_on_one(
                     ctx,
-                    backend,
+                    &backend,
                     true,
                     (warmup, steps, batch, image_size),
                     recipe.seed,
@@ -193,7 +225,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                 .push(format!("measured on the CPU: {reason}"));
             measure_on_one(
                 ctx,
-                CpuBackend::new(),
+                &CpuBackend::new(),
                 true,
                 (warmup, steps, batch, image_size),
                 recipe.seed,
@@ -203,11 +235,17 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             let backend = backends.remove(0);
             measure_on_one(
                 ctx,
-                backend,
+                &backend,
                 false,
                 (warmup, steps, batch, image_size),
                 recipe.seed,
             )
+            .map(|measured| {
+                measured.map(|m| Measured {
+                    memory: Some(DeviceMemory::of(&backend)),
+                    ..m
+                })
+            })
         }
         GpuChoice::Gpus { backends, .. } => measure_on_all(
             ctx,
@@ -264,6 +302,33 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             "measured at {image_size}² instead of {IMAGE_SIDE}²: the estimate is not ImageNet's"
         ));
     }
+    if let Some(memory) = measured.memory {
+        const GIB: f64 = (1u64 << 30) as f64;
+        report.metric(
+            "peak_device_memory_in_use_gib",
+            memory.peak_in_use_bytes as f64 / GIB,
+            "GiB",
+        );
+        report.metric(
+            "peak_device_memory_reserved_gib",
+            memory.peak_reserved_bytes as f64 / GIB,
+            "GiB",
+        );
+        report.metric(
+            "device_memory_gib",
+            memory.capacity_bytes as f64 / GIB,
+            "GiB",
+        );
+        if memory.share() > MEMORY_HEADROOM_SHARE {
+            report.findings.push(format!(
+                "training at batch {} per GPU needs {:.1} GiB of the GPU's {:.1} GiB: \
+                 little room is left",
+                measured.per_device_batch,
+                memory.peak_in_use_bytes as f64 / GIB,
+                memory.capacity_bytes as f64 / GIB
+            ));
+        }
+    }
     if let Some(collective) = &measured.collective {
         report
             .findings
@@ -311,7 +376,7 @@ fn step_progress<'a, 'b>(
 
 fn measure_on_one<B: Backend>(
     ctx: &mut StageContext<'_>,
-    backend: B,
+    backend: &B,
     on_cpu: bool,
     (warmup, steps, batch, image_size): (usize, usize, usize, usize),
     seed: u64,
@@ -324,11 +389,11 @@ fn measure_on_one<B: Backend>(
         )),
     );
     let mut model = ModelChoice::ResNet50
-        .build(&backend, CLASSES, image_size, seed)
+        .build(backend, CLASSES, image_size, seed)
         .map_err(|e| format!("cannot build ResNet-50: {e}"))?;
     let cancel = ctx.cancel;
     let measured = measure_train_throughput(
-        &backend,
+        backend,
         &mut model,
         batch,
         image_size,
@@ -351,6 +416,7 @@ fn measure_on_one<B: Backend>(
             backend.name()
         },
         collective: None,
+        memory: None,
     }))
 }
 
@@ -397,6 +463,11 @@ fn measure_on_all(
         &mut step_progress(ctx, warmup, global),
     )
     .map_err(|e| e.to_string())?;
+    let memory = DeviceMemory::most_of(
+        dp.replicas_mut()
+            .iter()
+            .map(|r| DeviceMemory::of(&r.backend)),
+    );
     Ok(measured.map(|report| Measured {
         report,
         devices,
@@ -404,12 +475,28 @@ fn measure_on_all(
         on_cpu: false,
         device_name: format!("{devices} GPUs"),
         collective: Some(chosen),
+        memory,
     }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_memory_reported_is_that_of_the_gpu_using_most_of_its_own() {
+        let gpu = |in_use_gib: usize, capacity_gib: u64| DeviceMemory {
+            peak_in_use_bytes: in_use_gib << 30,
+            peak_reserved_bytes: (in_use_gib + 1) << 30,
+            capacity_bytes: capacity_gib << 30,
+        };
+        let fullest = DeviceMemory::most_of([gpu(20, 80), gpu(22, 24), gpu(23, 141)].into_iter())
+            .expect("three GPUs");
+        assert_eq!(fullest.peak_in_use_bytes, 22 << 30);
+        assert!(fullest.share() > MEMORY_HEADROOM_SHARE);
+        assert!(gpu(11, 24).share() < MEMORY_HEADROOM_SHARE);
+        assert!(DeviceMemory::most_of(std::iter::empty()).is_none());
+    }
 
     #[test]
     fn the_estimate_scales_step_time_to_the_global_batch() {

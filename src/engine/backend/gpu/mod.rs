@@ -31,10 +31,14 @@ mod conv_gemm;
 pub mod cuda;
 pub mod cudnn;
 pub mod driver;
+#[cfg(test)]
+mod footprint_tests;
 pub mod hip;
 pub mod launch;
 pub mod pool;
 pub mod source;
+#[cfg(test)]
+mod stand_in;
 
 use std::sync::Arc;
 
@@ -47,7 +51,7 @@ use driver::{
     DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, GemmTypes, GpuDriver, KernelArg, LaunchShape,
     Transpose,
 };
-use pool::DevicePool;
+use pool::{DevicePool, PoolMemory};
 use source::{format_suffix, storage_kernel};
 
 /// Column-buffer budget of one im2col chunk, in elements (512 MiB of f32).
@@ -57,11 +61,14 @@ pub const IM2COL_BUDGET_ELEMS: usize = 1 << 27;
 pub const DEFAULT_CACHE_LIMIT_BYTES: usize = 64 << 30;
 
 /// `len` elements on the device, in the format `storage` says (f32 unless an op of a
-/// 16-bit backend wrote them). The memory always has room for `len` f32 values.
+/// 16-bit backend wrote them). A buffer from [`Backend::alloc`] has no memory until the op
+/// writing it picks its format, so a 16-bit activation takes two bytes an element; every
+/// other buffer has room for `len` values of its format.
 #[derive(Debug)]
 pub struct GpuBuffer {
     ptr: DevicePtr,
     len: usize,
+    /// Bytes of the pool block behind `ptr`; 0 while no op has written the buffer.
     class: usize,
     pool: Arc<DevicePool>,
     storage: Precision,
@@ -83,6 +90,10 @@ impl GpuBuffer {
     /// The format the elements are stored in.
     pub fn storage(&self) -> Precision {
         self.storage
+    }
+
+    fn is_backed(&self) -> bool {
+        self.class > 0
     }
 
     /// The address of element `elems` in the buffer's format (an op tags its output
@@ -119,7 +130,9 @@ impl std::ops::Deref for Operand<'_> {
 
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
-        self.pool.give_back(self.ptr, self.class);
+        if self.is_backed() {
+            self.pool.give_back(self.ptr, self.class);
+        }
     }
 }
 
@@ -207,6 +220,50 @@ impl GpuBackend {
         self.name.split(" (").next().unwrap_or(&self.name)
     }
 
+    /// A buffer for the backend's own use with room for `len` values of `format`.
+    fn scratch(&self, len: usize, format: Precision) -> Result<GpuBuffer> {
+        let (ptr, class) = self
+            .pool
+            .take(len * element_bytes(format))
+            .map_err(|e| self.device(e))?;
+        Ok(GpuBuffer {
+            ptr,
+            len,
+            class,
+            pool: self.pool.clone(),
+            storage: format,
+        })
+    }
+
+    /// Readies `buf` for an op to write `format` values into: a buffer not yet backed, or
+    /// whose block is too small for the format, gets a block of its own (what it held is
+    /// not kept, as the op overwrites it); one with room keeps its block and contents.
+    fn output(&self, buf: &mut GpuBuffer, format: Precision) -> Result<()> {
+        let bytes = buf.len * element_bytes(format);
+        if !buf.is_backed() || buf.class < bytes {
+            let (ptr, class) = self.pool.take(bytes).map_err(|e| self.device(e))?;
+            if buf.is_backed() {
+                self.pool.give_back(buf.ptr, buf.class);
+            }
+            buf.ptr = ptr;
+            buf.class = class;
+        }
+        buf.storage = format;
+        Ok(())
+    }
+
+    /// For an operand an op reads: a buffer no op has written holds nothing to read.
+    fn written(&self, op: &'static str, what: &'static str, buf: &GpuBuffer) -> Result<()> {
+        if buf.is_backed() {
+            Ok(())
+        } else {
+            Err(EngineError::InvalidParameter {
+                op,
+                reason: format!("{what} is read before any op wrote it"),
+            })
+        }
+    }
+
     /// `buf` in `format`: itself when it is already, else a converted copy.
     fn in_format<'a>(&self, buf: &'a GpuBuffer, format: Precision) -> Result<Operand<'a>> {
         if buf.storage == format {
@@ -232,6 +289,7 @@ impl GpuBackend {
         } else {
             format!("load_{}", format_suffix(src.storage))
         };
+        self.output(dst, format)?;
         self.elementwise(
             &kernel,
             src.len,
@@ -240,9 +298,7 @@ impl GpuBackend {
                 KernelArg::Ptr(dst.ptr),
                 i64_arg(src.len),
             ],
-        )?;
-        dst.storage = format;
-        Ok(())
+        )
     }
 
     /// An activation operand as f32 values at this backend's storage precision: a 16-bit
@@ -281,6 +337,7 @@ impl GpuBackend {
 
     /// For ops that compute in f32 only: `buf` must hold f32.
     fn require_f32(&self, op: &'static str, what: &'static str, buf: &GpuBuffer) -> Result<()> {
+        self.written(op, what, buf)?;
         if buf.storage == Precision::Fp32 {
             Ok(())
         } else {
@@ -313,6 +370,19 @@ impl GpuBackend {
 
     pub fn driver(&self) -> &Arc<dyn GpuDriver> {
         self.pool.driver()
+    }
+
+    /// The device memory this backend's pool holds (shared by every view of the device).
+    pub fn memory(&self) -> PoolMemory {
+        self.pool.memory()
+    }
+
+    /// Hands cached blocks back to the runtime and starts the peaks over, so that what
+    /// runs next is measured on its own.
+    pub fn reset_memory(&self) -> Result<()> {
+        self.pool.release_cached().map_err(|e| self.device(e))?;
+        self.pool.reset_peaks();
+        Ok(())
     }
 
     /// Waits for every enqueued op and reports the first device fault among them.
@@ -354,7 +424,20 @@ impl GpuBackend {
         })
     }
 
+    /// An operand the op reads: on this device, of length `len`, and written.
     fn check(
+        &self,
+        op: &'static str,
+        what: &'static str,
+        buf: &GpuBuffer,
+        len: usize,
+    ) -> Result<()> {
+        self.check_output(op, what, buf, len)?;
+        self.written(op, what, buf)
+    }
+
+    /// A buffer the op writes: on this device and of length `len`.
+    fn check_output(
         &self,
         op: &'static str,
         what: &'static str,
@@ -417,8 +500,7 @@ impl GpuBackend {
         format: Precision,
     ) -> Result<GpuBuffer> {
         self.require_f32("conv2d", "w", w)?;
-        let mut out = self.alloc(p.weight_len())?;
-        out.storage = format;
+        let out = self.scratch(p.weight_len(), format)?;
         dims_fit_i32("conv2d", &[p.weight_len()])?;
         self.elementwise(
             &storage_kernel("hwio_to_ohwi", format),
@@ -464,12 +546,13 @@ impl GpuBackend {
         .collect()
     }
 
-    /// Image chunks of a non-pointwise convolution and the column scratch they share.
-    fn conv_chunks(&self, p: &Conv2dParams) -> Result<(usize, GpuBuffer)> {
+    /// Image chunks of a non-pointwise convolution and the column scratch they share, in
+    /// `format`.
+    fn conv_chunks(&self, p: &Conv2dParams, format: Precision) -> Result<(usize, GpuBuffer)> {
         let k = p.kernel_h * p.kernel_w * p.in_c;
         let rows_per_image = p.out_h() * p.out_w();
         let images = launch::im2col_images(p.batch, rows_per_image, k, IM2COL_BUDGET_ELEMS);
-        let col = self.alloc(images * rows_per_image * k)?;
+        let col = self.scratch(images * rows_per_image * k, format)?;
         Ok((images, col))
     }
 
@@ -533,19 +616,20 @@ impl Backend for GpuBackend {
         self.name.clone()
     }
 
+    /// Takes no memory yet: the op that writes the buffer backs it in the format it
+    /// writes (see [`GpuBuffer`]).
     fn alloc(&self, len: usize) -> Result<GpuBuffer> {
-        let (ptr, class) = self.pool.take(len * 4).map_err(|e| self.device(e))?;
         Ok(GpuBuffer {
-            ptr,
+            ptr: DevicePtr(0),
             len,
-            class,
+            class: 0,
             pool: self.pool.clone(),
-            storage: Precision::Fp32,
+            storage: self.precision,
         })
     }
 
     fn zeros(&self, len: usize) -> Result<GpuBuffer> {
-        let buf = self.alloc(len)?;
+        let buf = self.scratch(len, Precision::Fp32)?;
         if len > 0 {
             self.driver()
                 .zero(buf.ptr, len * 4)
@@ -555,7 +639,7 @@ impl Backend for GpuBackend {
     }
 
     fn upload(&self, host: &[f32]) -> Result<GpuBuffer> {
-        let buf = self.alloc(host.len())?;
+        let buf = self.scratch(host.len(), Precision::Fp32)?;
         if !host.is_empty() {
             self.driver()
                 .copy_to_device(buf.ptr, as_bytes(host))
@@ -589,8 +673,8 @@ impl Backend for GpuBackend {
 
     fn copy(&self, src: &GpuBuffer, dst: &mut GpuBuffer) -> Result<()> {
         self.check("copy", "source", src, src.len)?;
-        self.check("copy", "destination", dst, src.len)?;
-        dst.storage = src.storage;
+        self.check_output("copy", "destination", dst, src.len)?;
+        self.output(dst, src.storage)?;
         if src.len == 0 {
             return Ok(());
         }
@@ -600,8 +684,8 @@ impl Backend for GpuBackend {
     }
 
     fn fill(&self, buf: &mut GpuBuffer, value: f32) -> Result<()> {
-        self.check("fill", "buffer", buf, buf.len)?;
-        buf.storage = Precision::Fp32;
+        self.check_output("fill", "buffer", buf, buf.len)?;
+        self.output(buf, Precision::Fp32)?;
         self.elementwise_vec4(
             "fill_f32",
             buf.len,
@@ -624,11 +708,11 @@ impl Backend for GpuBackend {
         p.validate()?;
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "w", w, p.weight_len())?;
-        self.check(OP, "y", y, p.output_len())?;
+        self.check_output(OP, "y", y, p.output_len())?;
         self.require_f32(OP, "w", w)?;
         let s = self.precision;
         let x = self.in_format(x, s)?;
-        y.storage = s;
+        self.output(y, s)?;
         let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
         if p.is_pointwise() {
@@ -653,7 +737,7 @@ impl Backend for GpuBackend {
             );
         }
         let w = self.in_format(w, s)?;
-        let (chunk, col) = self.conv_chunks(p)?;
+        let (chunk, col) = self.conv_chunks(p, s)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
             self.im2col(p, &x, &col, first, images)?;
@@ -682,11 +766,11 @@ impl Backend for GpuBackend {
         p.validate()?;
         self.check(OP, "dy", dy, p.output_len())?;
         self.check(OP, "w", w, p.weight_len())?;
-        self.check(OP, "dx", dx, p.input_len())?;
+        self.check_output(OP, "dx", dx, p.input_len())?;
         self.require_f32(OP, "w", w)?;
         let s = self.precision;
         let dy = self.in_format(dy, s)?;
-        dx.storage = s;
+        self.output(dx, s)?;
         let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
         if p.is_pointwise() {
@@ -712,7 +796,7 @@ impl Backend for GpuBackend {
         }
         let w = self.in_format(w, s)?;
         // The column gradient stays f32 so that col2im sums before the one rounding.
-        let (chunk, dcol) = self.conv_chunks(p)?;
+        let (chunk, dcol) = self.conv_chunks(p, Precision::Fp32)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
             self.gemm(
@@ -745,11 +829,11 @@ impl Backend for GpuBackend {
         p.validate()?;
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "dy", dy, p.output_len())?;
-        self.check(OP, "dw", dw, p.weight_len())?;
+        self.check_output(OP, "dw", dw, p.weight_len())?;
         let s = self.precision;
         let x = self.in_format(x, s)?;
         let dy = self.in_format(dy, s)?;
-        dw.storage = Precision::Fp32;
+        self.output(dw, Precision::Fp32)?;
         let cout = p.out_c;
         let rows_per_image = p.out_h() * p.out_w();
         // 16-bit products accumulate in an f32 dw, rounded once at the end, as the
@@ -769,8 +853,7 @@ impl Backend for GpuBackend {
             return self.round_to_storage(dw);
         }
         if self.dnn {
-            let mut dw_dnn = self.alloc(p.weight_len())?;
-            dw_dnn.storage = s;
+            let dw_dnn = self.scratch(p.weight_len(), s)?;
             self.dnn_conv(
                 "cudnn backward filter",
                 DnnConv {
@@ -795,7 +878,7 @@ impl Backend for GpuBackend {
                 ],
             );
         }
-        let (chunk, col) = self.conv_chunks(p)?;
+        let (chunk, col) = self.conv_chunks(p, s)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
             self.im2col(p, &x, &col, first, images)?;
@@ -918,10 +1001,10 @@ impl Backend for GpuBackend {
         const OP: &str = "max_pool_forward";
         p.validate()?;
         self.check(OP, "x", x, p.input_len())?;
-        self.check(OP, "y", y, p.output_len())?;
+        self.check_output(OP, "y", y, p.output_len())?;
         dims_fit_i32(OP, &[p.batch, p.in_h, p.in_w, p.channels])?;
         let x = self.in_format(x, self.precision)?;
-        y.storage = self.precision;
+        self.output(y, self.precision)?;
         self.elementwise(
             &storage_kernel("max_pool_forward", self.precision),
             p.output_len(),
@@ -952,12 +1035,12 @@ impl Backend for GpuBackend {
         p.validate()?;
         self.check(OP, "x", x, p.input_len())?;
         self.check(OP, "dy", dy, p.output_len())?;
-        self.check(OP, "dx", dx, p.input_len())?;
+        self.check_output(OP, "dx", dx, p.input_len())?;
         dims_fit_i32(OP, &[p.input_len(), p.output_len()])?;
         let s = self.precision;
         let x = self.in_format(x, s)?;
         let dy = self.in_format(dy, s)?;
-        dx.storage = s;
+        self.output(dx, s)?;
         let shape_args = [
             i32_arg(p.batch),
             i32_arg(p.in_h),
@@ -970,7 +1053,7 @@ impl Backend for GpuBackend {
             i32_arg(p.out_w()),
         ];
         // One i32 per window, held in an f32-sized buffer.
-        let argmax = self.alloc(p.output_len())?;
+        let argmax = self.scratch(p.output_len(), Precision::Fp32)?;
         let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(argmax.ptr)];
         args.extend(shape_args);
         self.elementwise(&storage_kernel("max_pool_argmax", s), p.output_len(), &args)?;
@@ -996,11 +1079,11 @@ impl Backend for GpuBackend {
         const OP: &str = "global_avg_pool_forward";
         p.validate()?;
         self.check(OP, "x", x, p.batch * p.spatial * p.channels)?;
-        self.check(OP, "y", y, p.batch * p.channels)?;
+        self.check_output(OP, "y", y, p.batch * p.channels)?;
         dims_fit_i32(OP, &[p.batch, p.spatial, p.channels])?;
         let s = self.precision;
         let x = self.in_format(x, s)?;
-        y.storage = s;
+        self.output(y, s)?;
         self.launch(
             &storage_kernel("global_avg_forward", s),
             launch::one_thread_each(p.batch * p.channels),
@@ -1023,11 +1106,11 @@ impl Backend for GpuBackend {
         const OP: &str = "global_avg_pool_backward";
         p.validate()?;
         self.check(OP, "dy", dy, p.batch * p.channels)?;
-        self.check(OP, "dx", dx, p.batch * p.spatial * p.channels)?;
+        self.check_output(OP, "dx", dx, p.batch * p.spatial * p.channels)?;
         dims_fit_i32(OP, &[p.batch, p.spatial, p.channels])?;
         let s = self.precision;
         let dy = self.in_format(dy, s)?;
-        dx.storage = s;
+        self.output(dx, s)?;
         self.elementwise(
             &storage_kernel("global_avg_backward", s),
             p.batch * p.spatial * p.channels,
@@ -1055,13 +1138,13 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, batch * fin)?;
         self.check(OP, "w", w, fout * fin)?;
         self.check(OP, "b", b, fout)?;
-        self.check(OP, "y", y, batch * fout)?;
+        self.check_output(OP, "y", y, batch * fout)?;
         dims_fit_i32(OP, &[fout])?;
         self.require_f32(OP, "w", w)?;
         self.require_f32(OP, "b", b)?;
         // The classifier is f32: its input is widened, its logits are f32.
         let x = self.stored_as_f32(x)?;
-        y.storage = Precision::Fp32;
+        self.output(y, Precision::Fp32)?;
         self.elementwise(
             "broadcast_rows",
             batch * fout,
@@ -1106,14 +1189,14 @@ impl Backend for GpuBackend {
         self.check(OP, "x", x, batch * fin)?;
         self.check(OP, "w", w, fout * fin)?;
         self.check(OP, "dy", dy, batch * fout)?;
-        self.check(OP, "dw", dw, fout * fin)?;
-        self.check(OP, "db", db, fout)?;
+        self.check_output(OP, "dw", dw, fout * fin)?;
+        self.check_output(OP, "db", db, fout)?;
         dims_fit_i32(OP, &[fout])?;
         self.require_f32(OP, "w", w)?;
         let x = self.stored_as_f32(x)?;
         let dy = self.in_format(dy, Precision::Fp32)?;
-        dw.storage = Precision::Fp32;
-        db.storage = Precision::Fp32;
+        self.output(dw, Precision::Fp32)?;
+        self.output(db, Precision::Fp32)?;
         self.gemm(Gemm {
             m: fout,
             n: fin,
@@ -1141,15 +1224,15 @@ impl Backend for GpuBackend {
             ],
         )?;
         if let Some(dx) = dx {
-            self.check(OP, "dx", dx, batch * fin)?;
+            self.check_output(OP, "dx", dx, batch * fin)?;
             // The input gradient is an activation gradient: computed in f32, then stored in
             // the activation format.
             let wide = if self.precision.is_reduced() {
-                Some(self.alloc(batch * fin)?)
+                Some(self.scratch(batch * fin, Precision::Fp32)?)
             } else {
+                self.output(dx, Precision::Fp32)?;
                 None
             };
-            dx.storage = Precision::Fp32;
             let target = wide.as_ref().unwrap_or(dx);
             self.gemm(Gemm {
                 m: batch,
@@ -1186,14 +1269,14 @@ impl Backend for GpuBackend {
         p.validate()?;
         self.check(OP, "logits", logits, p.batch * p.classes)?;
         self.check(OP, "labels", labels, p.batch)?;
-        self.check(OP, "loss", loss, 1)?;
-        self.check(OP, "correct", correct, p.batch)?;
+        self.check_output(OP, "loss", loss, 1)?;
+        self.check_output(OP, "correct", correct, p.batch)?;
         dims_fit_i32(OP, &[p.batch, p.classes])?;
         let logits = self.in_format(logits, Precision::Fp32)?;
         self.require_f32(OP, "labels", labels)?;
-        loss.storage = Precision::Fp32;
-        correct.storage = Precision::Fp32;
-        let count = self.alloc(1)?;
+        self.output(loss, Precision::Fp32)?;
+        self.output(correct, Precision::Fp32)?;
+        let count = self.scratch(1, Precision::Fp32)?;
         self.launch(
             "ce_count_valid",
             launch::single_block(),
@@ -1203,7 +1286,7 @@ impl Backend for GpuBackend {
                 KernelArg::Ptr(count.ptr),
             ],
         )?;
-        let sample_loss = self.alloc(p.batch)?;
+        let sample_loss = self.scratch(p.batch, Precision::Fp32)?;
         self.launch(
             "ce_forward",
             launch::block_per_row(p.batch),
@@ -1239,12 +1322,12 @@ impl Backend for GpuBackend {
         p.validate()?;
         self.check(OP, "logits", logits, p.batch * p.classes)?;
         self.check(OP, "labels", labels, p.batch)?;
-        self.check(OP, "dlogits", dlogits, p.batch * p.classes)?;
+        self.check_output(OP, "dlogits", dlogits, p.batch * p.classes)?;
         dims_fit_i32(OP, &[p.batch, p.classes])?;
         let logits = self.in_format(logits, Precision::Fp32)?;
         self.require_f32(OP, "labels", labels)?;
-        dlogits.storage = Precision::Fp32;
-        let count = self.alloc(1)?;
+        self.output(dlogits, Precision::Fp32)?;
+        let count = self.scratch(1, Precision::Fp32)?;
         self.launch(
             "ce_count_valid",
             launch::single_block(),
@@ -1272,10 +1355,10 @@ impl Backend for GpuBackend {
     fn add(&self, a: &GpuBuffer, b: &GpuBuffer, out: &mut GpuBuffer) -> Result<()> {
         self.check("add", "a", a, a.len)?;
         self.check("add", "second operand", b, a.len)?;
-        self.check("add", "out", out, a.len)?;
+        self.check_output("add", "out", out, a.len)?;
         let s = self.precision;
         let (a, b) = (self.in_format(a, s)?, self.in_format(b, s)?);
-        out.storage = s;
+        self.output(out, s)?;
         self.storage_elementwise(
             "add_f32",
             s,
@@ -1375,7 +1458,7 @@ impl Backend for GpuBackend {
 
     fn sum_squares(&self, x: &GpuBuffer, out: &mut GpuBuffer, index: usize) -> Result<()> {
         self.check("sum_squares", "x", x, x.len)?;
-        self.check("sum_squares", "out", out, out.len)?;
+        self.check_output("sum_squares", "out", out, out.len)?;
         if index >= out.len {
             return Err(EngineError::BufferLength {
                 op: "sum_squares",
@@ -1384,10 +1467,15 @@ impl Backend for GpuBackend {
                 got: out.len,
             });
         }
-        self.require_f32("sum_squares", "out", out)?;
+        if out.is_backed() {
+            // Earlier calls wrote other entries: the block is kept, so must be f32 already.
+            self.require_f32("sum_squares", "out", out)?;
+        } else {
+            self.output(out, Precision::Fp32)?;
+        }
         let x = self.in_format(x, Precision::Fp32)?;
         let shape = launch::reduction(x.len);
-        let partials = self.alloc(shape.grid.0 as usize)?;
+        let partials = self.scratch(shape.grid.0 as usize, Precision::Fp32)?;
         self.launch(
             "sum_squares_partial",
             shape,
@@ -1442,16 +1530,18 @@ impl GpuBackend {
         p.validate(true)?;
         let (rows, c) = (p.rows, p.channels);
         self.check(OP, "x", x, rows * c)?;
-        self.check(OP, "y", y, rows * c)?;
+        self.check_output(OP, "y", y, rows * c)?;
         self.check_bn(OP, bn, c)?;
-        self.check(OP, "saved mean", &saved.mean, c)?;
-        self.check(OP, "saved inv_std", &saved.inv_std, c)?;
+        self.check_output(OP, "saved mean", &saved.mean, c)?;
+        self.check_output(OP, "saved inv_std", &saved.inv_std, c)?;
         dims_fit_i32(OP, &[c, launch::bn_slabs(rows)])?;
         let s = self.precision;
         let x = self.in_format(x, s)?;
+        self.output(&mut saved.mean, Precision::Fp32)?;
+        self.output(&mut saved.inv_std, Precision::Fp32)?;
         let slabs = launch::bn_slabs(rows);
-        let p1 = self.alloc(slabs * c)?;
-        let p2 = self.alloc(slabs * c)?;
+        let p1 = self.scratch(slabs * c, Precision::Fp32)?;
+        let p2 = self.scratch(slabs * c, Precision::Fp32)?;
         self.launch(
             &storage_kernel("bn_partial_sums", s),
             launch::bn_partials(rows, c),
@@ -1468,8 +1558,8 @@ impl GpuBackend {
                 KernelArg::Ptr(p2.ptr),
             ],
         )?;
-        let scale = self.alloc(c)?;
-        let shift = self.alloc(c)?;
+        let scale = self.scratch(c, Precision::Fp32)?;
+        let shift = self.scratch(c, Precision::Fp32)?;
         self.launch(
             &storage_kernel("bn_forward_finalize", s),
             launch::one_thread_each(c),
@@ -1507,12 +1597,12 @@ impl GpuBackend {
         p.validate(false)?;
         let (rows, c) = (p.rows, p.channels);
         self.check(OP, "x", x, rows * c)?;
-        self.check(OP, "y", y, rows * c)?;
+        self.check_output(OP, "y", y, rows * c)?;
         self.check_bn(OP, bn, c)?;
         dims_fit_i32(OP, &[c])?;
         let x = self.in_format(x, self.precision)?;
-        let scale = self.alloc(c)?;
-        let shift = self.alloc(c)?;
+        let scale = self.scratch(c, Precision::Fp32)?;
+        let shift = self.scratch(c, Precision::Fp32)?;
         self.launch(
             "bn_eval_coefficients",
             launch::one_thread_each(c),
@@ -1548,12 +1638,12 @@ impl GpuBackend {
         let (rows, c) = (p.rows, p.channels);
         self.check(OP, "x", x, rows * c)?;
         self.check(OP, "dy", dy, rows * c)?;
-        self.check(OP, "dx", dx, rows * c)?;
+        self.check_output(OP, "dx", dx, rows * c)?;
         self.check(OP, "gamma", gamma, c)?;
         self.check(OP, "saved mean", &saved.mean, c)?;
         self.check(OP, "saved inv_std", &saved.inv_std, c)?;
-        self.check(OP, "dgamma", &grads.gamma, c)?;
-        self.check(OP, "dbeta", &grads.beta, c)?;
+        self.check_output(OP, "dgamma", &grads.gamma, c)?;
+        self.check_output(OP, "dbeta", &grads.beta, c)?;
         if let Some(y) = relu_out {
             self.check(OP, "relu output", y, rows * c)?;
         }
@@ -1566,10 +1656,12 @@ impl GpuBackend {
             None => None,
         };
         let relu_out = relu_out.as_deref();
-        dx.storage = s;
+        self.output(dx, s)?;
+        self.output(&mut grads.gamma, Precision::Fp32)?;
+        self.output(&mut grads.beta, Precision::Fp32)?;
         let slabs = launch::bn_slabs(rows);
-        let p1 = self.alloc(slabs * c)?;
-        let p2 = self.alloc(slabs * c)?;
+        let p1 = self.scratch(slabs * c, Precision::Fp32)?;
+        let p2 = self.scratch(slabs * c, Precision::Fp32)?;
         self.launch(
             &storage_kernel("bn_partial_sums", s),
             launch::bn_partials(rows, c),
@@ -1586,7 +1678,7 @@ impl GpuBackend {
                 KernelArg::Ptr(p2.ptr),
             ],
         )?;
-        let coef = self.alloc(3 * c)?;
+        let coef = self.scratch(3 * c, Precision::Fp32)?;
         self.launch(
             "bn_backward_finalize",
             launch::one_thread_each(c),
@@ -1646,7 +1738,7 @@ impl GpuBackend {
         relu: bool,
     ) -> Result<()> {
         dims_fit_i32("batch_norm", &[rows * c])?;
-        y.storage = x.storage;
+        self.output(y, x.storage)?;
         let kernel = if relu {
             "channel_affine_relu"
         } else {

@@ -27,6 +27,30 @@ pub fn size_class(bytes: usize) -> usize {
 struct FreeLists {
     blocks: HashMap<usize, Vec<DevicePtr>>,
     cached_bytes: usize,
+    memory: PoolMemory,
+}
+
+/// How much device memory a pool holds, now and at its highest since the last
+/// [`DevicePool::reset_peaks`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PoolMemory {
+    /// Bytes in blocks handed out and not yet given back.
+    pub in_use_bytes: usize,
+    pub peak_in_use_bytes: usize,
+    /// Bytes taken from the runtime: in use plus cached.
+    pub reserved_bytes: usize,
+    pub peak_reserved_bytes: usize,
+}
+
+impl PoolMemory {
+    fn hand_out(&mut self, class: usize, fresh: bool) {
+        self.in_use_bytes += class;
+        self.peak_in_use_bytes = self.peak_in_use_bytes.max(self.in_use_bytes);
+        if fresh {
+            self.reserved_bytes += class;
+            self.peak_reserved_bytes = self.peak_reserved_bytes.max(self.reserved_bytes);
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -53,31 +77,40 @@ impl DevicePool {
     pub fn take(&self, bytes: usize) -> Result<(DevicePtr, usize), DriverError> {
         let class = size_class(bytes);
         {
-            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut free = self.lock();
             if let Some(ptr) = free.blocks.get_mut(&class).and_then(Vec::pop) {
                 free.cached_bytes -= class;
+                free.memory.hand_out(class, false);
                 return Ok((ptr, class));
             }
         }
-        match self.driver.alloc(class) {
-            Ok(ptr) => Ok((ptr, class)),
+        let ptr = match self.driver.alloc(class) {
+            Ok(ptr) => ptr,
             Err(DriverError::OutOfMemory { .. }) => {
                 // Cached blocks of other sizes may be what stands in the way.
                 self.release_cached()?;
-                self.driver.alloc(class).map(|ptr| (ptr, class))
+                self.driver.alloc(class)?
             }
-            Err(other) => Err(other),
-        }
+            Err(other) => return Err(other),
+        };
+        self.lock().memory.hand_out(class, true);
+        Ok((ptr, class))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FreeLists> {
+        self.free.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Returns a block; past the cache limit it goes back to the runtime.
     pub fn give_back(&self, ptr: DevicePtr, class: usize) {
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut free = self.lock();
+        free.memory.in_use_bytes -= class;
         if free.cached_bytes + class <= self.cache_limit {
             free.blocks.entry(class).or_default().push(ptr);
             free.cached_bytes += class;
             return;
         }
+        free.memory.reserved_bytes -= class;
         drop(free);
         if self.driver.synchronize().is_ok() {
             // SAFETY: the block came from this driver and the stream has drained.
@@ -89,7 +122,8 @@ impl DevicePool {
     pub fn release_cached(&self) -> Result<(), DriverError> {
         self.driver.synchronize()?;
         let blocks = {
-            let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut free = self.lock();
+            free.memory.reserved_bytes -= free.cached_bytes;
             free.cached_bytes = 0;
             std::mem::take(&mut free.blocks)
         };
@@ -101,10 +135,18 @@ impl DevicePool {
     }
 
     pub fn cached_bytes(&self) -> usize {
-        self.free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .cached_bytes
+        self.lock().cached_bytes
+    }
+
+    pub fn memory(&self) -> PoolMemory {
+        self.lock().memory
+    }
+
+    /// Starts the peaks over from the current figures.
+    pub fn reset_peaks(&self) {
+        let memory = &mut self.lock().memory;
+        memory.peak_in_use_bytes = memory.in_use_bytes;
+        memory.peak_reserved_bytes = memory.reserved_bytes;
     }
 }
 
@@ -117,132 +159,7 @@ impl Drop for DevicePool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::backend::gpu::driver::{DeviceInfo, Gemm, KernelArg, LaunchShape};
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
-    /// Stands in for device memory, which this machine has none of: hands out addresses
-    /// and counts allocations, frees and synchronisations.
-    #[derive(Debug)]
-    struct CountingFakeDevice {
-        info: DeviceInfo,
-        next: AtomicU64,
-        allocs: AtomicUsize,
-        frees: AtomicUsize,
-        capacity: usize,
-        live: AtomicUsize,
-    }
-
-    impl CountingFakeDevice {
-        fn new(capacity: usize) -> Arc<Self> {
-            Arc::new(CountingFakeDevice {
-                info: DeviceInfo {
-                    ordinal: 0,
-                    name: "fake".into(),
-                    arch: "none".into(),
-                    pci_address: None,
-                    memory_bytes: capacity as u64,
-                    multiprocessors: 1,
-                },
-                next: AtomicU64::new(1 << 20),
-                allocs: AtomicUsize::new(0),
-                frees: AtomicUsize::new(0),
-                capacity,
-                live: AtomicUsize::new(0),
-            })
-        }
-    }
-
-    impl GpuDriver for CountingFakeDevice {
-        fn info(&self) -> &DeviceInfo {
-            &self.info
-        }
-        fn runtime(&self) -> &'static str {
-            "fake"
-        }
-        fn native_stream(&self) -> *mut std::ffi::c_void {
-            std::ptr::null_mut()
-        }
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError> {
-            if self.live.load(Ordering::SeqCst) + bytes > self.capacity {
-                return Err(DriverError::OutOfMemory { bytes });
-            }
-            self.live.fetch_add(bytes, Ordering::SeqCst);
-            self.allocs.fetch_add(1, Ordering::SeqCst);
-            Ok(DevicePtr(
-                self.next.fetch_add(bytes as u64, Ordering::SeqCst),
-            ))
-        }
-        unsafe fn free(&self, _ptr: DevicePtr) {
-            self.frees.fetch_add(1, Ordering::SeqCst);
-        }
-        fn copy_to_device(&self, _: DevicePtr, _: &[u8]) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn copy_to_host(&self, _: &mut [u8], _: DevicePtr) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn copy_on_device(&self, _: DevicePtr, _: DevicePtr, _: usize) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn zero(&self, _: DevicePtr, _: usize) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn launch(&self, _: &str, _: LaunchShape, _: &[KernelArg]) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn gemm(&self, _: &Gemm) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn synchronize(&self) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn alloc_pinned(&self, _: usize) -> Result<*mut u8, DriverError> {
-            Err(DriverError::InvalidArgument(
-                "no host memory on a fake".into(),
-            ))
-        }
-        unsafe fn free_pinned(&self, _: *mut u8) {}
-        unsafe fn copy_async(
-            &self,
-            _: bool,
-            _: *mut u8,
-            _: DevicePtr,
-            _: usize,
-        ) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn enable_peer_access(&self, _: &dyn GpuDriver) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn copy_to_peer_async(
-            &self,
-            _: &dyn GpuDriver,
-            _: DevicePtr,
-            _: DevicePtr,
-            _: usize,
-        ) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn matmul_square(
-            &self,
-            _: crate::engine::backend::gpu::driver::MatmulPrecision,
-            _: usize,
-            _: DevicePtr,
-            _: DevicePtr,
-            _: DevicePtr,
-        ) -> Result<(), DriverError> {
-            Ok(())
-        }
-        fn time_ms(
-            &self,
-            work: &mut dyn FnMut() -> Result<(), DriverError>,
-        ) -> Result<f64, DriverError> {
-            work().map(|()| 0.0)
-        }
-    }
+    use crate::engine::backend::gpu::stand_in::StandInDevice;
 
     #[test]
     fn size_classes_round_up_and_never_shrink() {
@@ -259,52 +176,75 @@ mod tests {
     }
 
     #[test]
-    fn freed_blocks_are_reused_with_a_fake_device() {
-        let device = CountingFakeDevice::new(1 << 30);
+    fn freed_blocks_are_reused_on_a_stand_in_device() {
+        let device = StandInDevice::new(1 << 30);
         let pool = DevicePool::new(device.clone(), 1 << 30);
         let (a, class) = pool.take(1000).unwrap();
         pool.give_back(a, class);
         let (b, _) = pool.take(900).unwrap();
         assert_eq!(a, b, "same class, same block");
-        assert_eq!(device.allocs.load(Ordering::SeqCst), 1);
+        assert_eq!(device.allocs(), 1);
         let (c, _) = pool.take(5000).unwrap();
         assert_ne!(b, c);
-        assert_eq!(device.allocs.load(Ordering::SeqCst), 2);
+        assert_eq!(device.allocs(), 2);
     }
 
     #[test]
-    fn blocks_past_the_cache_limit_go_back_to_the_fake_device() {
-        let device = CountingFakeDevice::new(1 << 30);
+    fn blocks_past_the_cache_limit_go_back_to_a_stand_in_device() {
+        let device = StandInDevice::new(1 << 30);
         let pool = DevicePool::new(device.clone(), 1024);
         let (a, ca) = pool.take(1024).unwrap();
         let (b, cb) = pool.take(1024).unwrap();
         pool.give_back(a, ca);
         pool.give_back(b, cb);
         assert_eq!(pool.cached_bytes(), 1024);
-        assert_eq!(device.frees.load(Ordering::SeqCst), 1);
+        assert_eq!(device.frees(), 1);
         drop(pool);
-        assert_eq!(
-            device.frees.load(Ordering::SeqCst),
-            2,
-            "dropping the pool frees the cache"
-        );
+        assert_eq!(device.frees(), 2, "dropping the pool frees the cache");
     }
 
     #[test]
-    fn out_of_memory_empties_the_cache_and_retries_on_a_fake_device() {
-        let device = CountingFakeDevice::new(4 << 20);
+    fn out_of_memory_empties_the_cache_and_retries_on_a_stand_in_device() {
+        let device = StandInDevice::new(4 << 20);
         let pool = DevicePool::new(device.clone(), 1 << 30);
         let (a, ca) = pool.take(2 << 20).unwrap();
         pool.give_back(a, ca);
-        // The fake counts live bytes without subtracting frees, so the retry still fails
-        // and the error comes back instead of a panic.
-        let err = pool.take(4 << 20).unwrap_err();
-        assert!(matches!(err, DriverError::OutOfMemory { .. }));
+        // Only the cached 2 MiB block stands between this request and the device's 4 MiB.
+        let (b, cb) = pool.take(4 << 20).unwrap();
+        assert_eq!(device.frees(), 1, "the cache was released before the retry");
+        assert_eq!(pool.cached_bytes(), 0);
+        let err = pool.take(2 << 20).unwrap_err();
+        assert!(matches!(err, DriverError::OutOfMemory { .. }), "{err}");
+        pool.give_back(b, cb);
+    }
+
+    #[test]
+    fn the_pool_counts_what_is_in_use_and_what_it_holds_on_a_stand_in_device() {
+        let device = StandInDevice::new(1 << 30);
+        let pool = DevicePool::new(device.clone(), 1 << 30);
+        let (a, ca) = pool.take(3 << 20).unwrap();
+        let (b, cb) = pool.take(1000).unwrap();
+        assert_eq!((ca, cb), (4 << 20, 1024));
+        pool.give_back(a, ca);
+        let memory = pool.memory();
+        assert_eq!(memory.in_use_bytes, 1024);
+        assert_eq!(memory.peak_in_use_bytes, (4 << 20) + 1024);
         assert_eq!(
-            pool.cached_bytes(),
-            0,
-            "the cache was released before the retry"
+            memory.reserved_bytes,
+            (4 << 20) + 1024,
+            "the freed block is cached"
         );
-        assert_eq!(device.frees.load(Ordering::SeqCst), 1);
+        assert_eq!(device.live_bytes(), memory.reserved_bytes);
+        let (c, cc) = pool.take(4 << 20).unwrap();
+        assert_eq!(c, a, "the cached block is handed out again");
+        assert_eq!(pool.memory().reserved_bytes, (4 << 20) + 1024);
+        pool.give_back(c, cc);
+        pool.reset_peaks();
+        assert_eq!(pool.memory().peak_in_use_bytes, 1024);
+        pool.release_cached().unwrap();
+        assert_eq!(pool.memory().reserved_bytes, 1024);
+        assert_eq!(device.live_bytes(), 1024);
+        pool.give_back(b, cb);
+        assert_eq!(pool.memory().in_use_bytes, 0);
     }
 }

@@ -1,0 +1,101 @@
+//! What a training step asks of device memory, measured on a stand-in device (no GPU runs
+//! here): 16-bit activations take half the bytes of f32 ones, and ResNet-50 at batch 256
+//! fits a 24 GiB card (RTX 4090, RX 7900 XTX) with room left for the runtime.
+
+use super::stand_in::StandInDevice;
+use super::GpuBackend;
+use crate::engine::train::{measure_train_throughput, ModelChoice};
+use crate::engine::{Backend, EngineError, Precision};
+
+const GIB: usize = 1 << 30;
+
+/// Peak bytes in use and reserved over two ResNet-50 training steps at 224².
+fn resnet50_step_memory(precision: Precision, batch: usize, capacity: usize) -> (usize, usize) {
+    let device = StandInDevice::new(capacity);
+    let backend = GpuBackend::new(device.clone()).with_precision(precision);
+    let mut model = ModelChoice::ResNet50
+        .build(&backend, 1000, 224, 1)
+        .expect("the model fits");
+    let report = measure_train_throughput(
+        &backend,
+        &mut model,
+        batch,
+        224,
+        0,
+        2,
+        0.1,
+        &|| false,
+        &mut |_, _, _| {},
+    )
+    .unwrap_or_else(|e| panic!("{precision} at batch {batch}: {e}"));
+    assert!(report.is_some(), "not cancelled");
+    let memory = backend.memory();
+    assert_eq!(memory.reserved_bytes, device.live_bytes());
+    (memory.peak_in_use_bytes, memory.peak_reserved_bytes)
+}
+
+#[test]
+fn resnet50_at_batch_256_in_16_bits_fits_a_24_gib_card_on_a_stand_in_device() {
+    let unlimited = 1 << 50;
+    let (f32_in_use, f32_reserved) = resnet50_step_memory(Precision::Fp32, 256, unlimited);
+    for precision in [Precision::Fp16, Precision::Bf16] {
+        let (in_use, reserved) = resnet50_step_memory(precision, 256, unlimited);
+        // Activations dominate and take half the bytes; weights, their gradients and the
+        // optimizer's state stay f32.
+        assert!(
+            (in_use as f64) < 0.6 * f32_in_use as f64,
+            "{precision}: {in_use} bytes in use at the peak against {f32_in_use} in f32"
+        );
+        // With 4 GiB left for the runtime's context, DNN workspaces and collective
+        // buffers, the pool never has to empty its cache.
+        assert!(
+            reserved <= 20 * GIB,
+            "{precision}: {reserved} bytes reserved (f32: {f32_reserved})"
+        );
+    }
+    // f32 needs more than the 24 GiB cards have once the runtime takes its share.
+    assert!(f32_reserved > 20 * GIB, "{f32_reserved}");
+}
+
+#[test]
+fn a_step_squeezed_into_less_memory_reuses_the_cache_instead_of_failing_on_a_stand_in_device() {
+    let (_, unconstrained) = resnet50_step_memory(Precision::Fp16, 32, 1 << 50);
+    let (_, squeezed) = resnet50_step_memory(Precision::Fp16, 32, unconstrained * 9 / 10);
+    assert!(squeezed <= unconstrained * 9 / 10);
+}
+
+#[test]
+fn an_op_output_is_backed_in_the_format_the_op_writes_on_a_stand_in_device() {
+    let device = StandInDevice::new(GIB);
+    let f32_backend = GpuBackend::new(device);
+    let half = f32_backend.with_precision(Precision::Fp16);
+    let n = 64 * 1024;
+    let a = half.upload(&vec![1.0; n]).unwrap();
+    let b = half.upload(&vec![2.0; n]).unwrap();
+    let before = half.memory().in_use_bytes;
+    let mut out = half.alloc(n).unwrap();
+    assert_eq!(half.memory().in_use_bytes, before, "alloc takes no memory");
+    half.add(&a, &b, &mut out).unwrap();
+    assert_eq!(out.storage(), Precision::Fp16);
+    // The operands' 16-bit copies are gone again; the sum stays, at 2 bytes an element.
+    assert_eq!(half.memory().in_use_bytes - before, 2 * n);
+    // An f32 op writing the same buffer gives it a block with room for f32.
+    half.fill(&mut out, 0.5).unwrap();
+    assert_eq!(out.storage(), Precision::Fp32);
+    assert_eq!(half.memory().in_use_bytes - before, 4 * n);
+}
+
+#[test]
+fn reading_a_buffer_no_op_wrote_is_an_error_not_a_device_fault_on_a_stand_in_device() {
+    let backend = GpuBackend::new(StandInDevice::new(GIB));
+    let never_written = backend.alloc(16).unwrap();
+    let mut host = vec![0.0; 16];
+    let err = backend.download(&never_written, &mut host).unwrap_err();
+    assert!(
+        matches!(&err, EngineError::InvalidParameter { .. })
+            && err.to_string().contains("before any op wrote it"),
+        "{err}"
+    );
+    let mut copy = backend.alloc(16).unwrap();
+    assert!(backend.copy(&never_written, &mut copy).is_err());
+}
