@@ -3,7 +3,7 @@
 //! and handed out again. All work runs on one in-order stream, so a block freed by the
 //! host can be reused by the next enqueued op without waiting.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::driver::{DevicePtr, DriverError, GpuDriver};
@@ -25,7 +25,7 @@ pub fn size_class(bytes: usize) -> usize {
 
 #[derive(Debug, Default)]
 struct FreeLists {
-    blocks: HashMap<usize, Vec<DevicePtr>>,
+    blocks: BTreeMap<usize, Vec<DevicePtr>>,
     cached_bytes: usize,
     memory: PoolMemory,
 }
@@ -86,10 +86,21 @@ impl DevicePool {
         }
         let ptr = match self.driver.alloc(class) {
             Ok(ptr) => ptr,
+            // Cached blocks of other sizes may be what stands in the way. Handing back only
+            // as many as the request needs keeps the rest for the ops that take them next
+            // (near the device's limit a step would otherwise reallocate most of its
+            // blocks); the whole cache goes when that is not enough, as the runtime's free
+            // memory may be fragmented.
             Err(DriverError::OutOfMemory { .. }) => {
-                // Cached blocks of other sizes may be what stands in the way.
-                self.release_cached()?;
-                self.driver.alloc(class)?
+                self.release_cached_bytes(class)?;
+                match self.driver.alloc(class) {
+                    Ok(ptr) => ptr,
+                    Err(DriverError::OutOfMemory { .. }) => {
+                        self.release_cached()?;
+                        self.driver.alloc(class)?
+                    }
+                    Err(other) => return Err(other),
+                }
             }
             Err(other) => return Err(other),
         };
@@ -116,6 +127,38 @@ impl DevicePool {
             // SAFETY: the block came from this driver and the stream has drained.
             unsafe { self.driver.free(ptr) };
         }
+    }
+
+    /// Frees cached blocks, the largest first, until at least `wanted` bytes are freed or
+    /// none is left (after the stream drains).
+    fn release_cached_bytes(&self, wanted: usize) -> Result<(), DriverError> {
+        self.driver.synchronize()?;
+        let mut released = Vec::new();
+        {
+            let mut free = self.lock();
+            let mut freed = 0;
+            while freed < wanted {
+                let Some(mut entry) = free.blocks.last_entry() else {
+                    break;
+                };
+                let class = *entry.key();
+                let ptr = entry.get_mut().pop();
+                if entry.get().is_empty() {
+                    entry.remove();
+                }
+                if let Some(ptr) = ptr {
+                    released.push(ptr);
+                    freed += class;
+                }
+            }
+            free.cached_bytes -= freed;
+            free.memory.reserved_bytes -= freed;
+        }
+        for ptr in released {
+            // SAFETY: cached blocks are unused and the stream has drained.
+            unsafe { self.driver.free(ptr) };
+        }
+        Ok(())
     }
 
     /// Frees every cached block (after the stream drains).
@@ -216,6 +259,25 @@ mod tests {
         let err = pool.take(2 << 20).unwrap_err();
         assert!(matches!(err, DriverError::OutOfMemory { .. }), "{err}");
         pool.give_back(b, cb);
+    }
+
+    #[test]
+    fn out_of_memory_hands_back_only_as_much_cache_as_the_request_needs_on_a_stand_in_device() {
+        let device = StandInDevice::new(12 << 20);
+        let pool = DevicePool::new(device.clone(), 1 << 30);
+        let (small, cs) = pool.take(2 << 20).unwrap();
+        let (large, cl) = pool.take(8 << 20).unwrap();
+        pool.give_back(small, cs);
+        pool.give_back(large, cl);
+        // 4 MiB more does not fit beside the 10 MiB cached; freeing the 8 MiB block is enough.
+        let (block, class) = pool.take(4 << 20).unwrap();
+        assert_eq!(device.frees(), 1);
+        assert_eq!(pool.cached_bytes(), 2 << 20, "the 2 MiB block stays cached");
+        assert_eq!(pool.memory().reserved_bytes, 6 << 20);
+        assert_eq!(device.live_bytes(), 6 << 20);
+        let (again, _) = pool.take(2 << 20).unwrap();
+        assert_eq!(again, small, "and is handed out again without the runtime");
+        pool.give_back(block, class);
     }
 
     #[test]
