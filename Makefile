@@ -51,6 +51,7 @@ test-deps: build-deps
 	@command -v rustfmt >/dev/null || rustup component add rustfmt
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 	scripts/mlperf-check.sh python >/dev/null
+	scripts/nvrtc-lib.sh >/dev/null
 
 fmt-check:
 	$(CARGO) fmt --check

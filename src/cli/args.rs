@@ -47,6 +47,20 @@ pub enum GpuCommand {
     /// Every kernel and one training step against the CPU backend, then GEMM TFLOPS and
     /// ResNet-50 training throughput, on each GPU.
     Check(GpuCheckArgs),
+    /// Compile the kernels with this machine's NVRTC or hiprtc for the given GPU
+    /// architectures, no GPU needed, and check the image holds every kernel.
+    Compile(GpuCompileArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuCompileArgs {
+    /// `cuda` (NVRTC) or `hip` (hiprtc).
+    #[arg(long, default_value = "cuda")]
+    pub runtime: String,
+    /// Architecture to compile for, repeatable (default: sm_89 and sm_90 for cuda, gfx1100
+    /// and gfx942 for hip).
+    #[arg(long = "arch", value_name = "ARCH")]
+    pub archs: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -11,6 +11,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::args::{GpuCheckArgs, GpuCommand};
+use super::gpu_compile;
 use super::UsageError;
 use crate::engine::backend::crosscheck::{
     self, OpComparison, StepShape, StepTolerances, Tolerances, SIXTEEN_BIT_STEP,
@@ -33,6 +34,7 @@ const STEP_CLASSES: usize = 1000;
 pub fn main(command: &GpuCommand) -> anyhow::Result<i32> {
     match command {
         GpuCommand::Check(args) => check(args),
+        GpuCommand::Compile(args) => gpu_compile::compile(args),
     }
 }
 

@@ -4,6 +4,7 @@ pub mod args;
 pub mod client;
 pub mod dataset;
 pub mod gpu;
+mod gpu_compile;
 
 /// A mistake in how tinyperf was called, reported with exit status 2.
 #[derive(Debug, thiserror::Error)]

@@ -315,11 +315,7 @@ fn as_cuda(peer: &dyn GpuDriver) -> Result<&CudaDriver, DriverError> {
 fn load_module(arch: &str, cache: &KernelCache) -> Result<sys::CUmodule, DriverError> {
     let source = source::assemble(Dialect::Cuda);
     let version = nvrtc_version();
-    let options = vec![
-        format!("--gpu-architecture={arch}"),
-        "--std=c++17".to_string(),
-        "-default-device".to_string(),
-    ];
+    let options = kernel_options(arch);
     let key = CacheKey {
         runtime: "cuda",
         arch,
@@ -340,6 +336,46 @@ fn load_module(arch: &str, cache: &KernelCache) -> Result<sys::CUmodule, DriverE
     let module = load_image(&image)?;
     cache.store(&key, &image);
     Ok(module)
+}
+
+fn kernel_options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        "-default-device".to_string(),
+    ]
+}
+
+/// The engine's kernels compiled by NVRTC for `arch` (`sm_89`, …) as the backend compiles
+/// them, with no GPU or driver needed: the CUBIN and the compiler's version.
+pub fn compile_kernels(arch: &str) -> Result<(Vec<u8>, String), DriverError> {
+    crate::runtime::guard::catch(|| {
+        // SAFETY: only opens the library by its candidate names.
+        if !unsafe { rtc_sys::is_culib_present() } {
+            return Err(DriverError::LibraryMissing(
+                "NVRTC library (libnvrtc.so) not found".into(),
+            ));
+        }
+        // SAFETY: found just now; `culib` opens it by the same names.
+        let missing = missing_symbols!(unsafe { rtc_sys::culib() }, NVRTC_SYMBOLS);
+        if !missing.is_empty() {
+            return Err(DriverError::LibraryMissing(format!(
+                "the NVRTC library lacks {}",
+                missing.join(", ")
+            )));
+        }
+        let image = compile(
+            &source::assemble(Dialect::Cuda),
+            arch,
+            &kernel_options(arch),
+        )?;
+        Ok((image, nvrtc_version()))
+    })
+    .unwrap_or_else(|panic| {
+        Err(DriverError::LibraryMissing(format!(
+            "NVRTC failed to load: {panic}"
+        )))
+    })
 }
 
 fn load_image(image: &[u8]) -> Result<sys::CUmodule, DriverError> {

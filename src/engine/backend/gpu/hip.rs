@@ -262,7 +262,7 @@ fn as_hip(peer: &dyn GpuDriver) -> Result<&HipDriver, DriverError> {
 
 fn load_module(arch: &str, cache: &KernelCache) -> Result<sys::hipModule_t, DriverError> {
     let source = source::assemble(Dialect::Hip);
-    let options = vec![format!("--offload-arch={arch}"), "-O3".to_string()];
+    let options = kernel_options(arch);
     let key = CacheKey {
         runtime: "hip",
         arch,
@@ -286,6 +286,38 @@ fn load_module(arch: &str, cache: &KernelCache) -> Result<sys::hipModule_t, Driv
         unsafe { hip::module::load_data(&image) }.map_err(|e| call("hipModuleLoadData", e))?;
     cache.store(&key, &image);
     Ok(module)
+}
+
+fn kernel_options(arch: &str) -> Vec<String> {
+    vec![format!("--offload-arch={arch}"), "-O3".to_string()]
+}
+
+/// The engine's kernels compiled by hiprtc for `arch` (`gfx1100`, …) as the backend
+/// compiles them, with no GPU needed: the code object and the compiler's name.
+pub fn compile_kernels(arch: &str) -> Result<(Vec<u8>, String), DriverError> {
+    crate::runtime::guard::catch(|| {
+        // SAFETY: only opens the library by its candidate names.
+        if !unsafe { rtc_sys::is_rocmlib_present() } {
+            return Err(DriverError::LibraryMissing(
+                "hiprtc library (libhiprtc.so) not found".into(),
+            ));
+        }
+        // SAFETY: found just now; `rocmlib` opens it by the same names.
+        let missing = missing_symbols!(unsafe { rtc_sys::rocmlib() }, HIPRTC_SYMBOLS);
+        if !missing.is_empty() {
+            return Err(DriverError::LibraryMissing(format!(
+                "the hiprtc library lacks {}",
+                missing.join(", ")
+            )));
+        }
+        let image = compile(&source::assemble(Dialect::Hip), arch, &kernel_options(arch))?;
+        Ok((image, "hiprtc".to_string()))
+    })
+    .unwrap_or_else(|panic| {
+        Err(DriverError::LibraryMissing(format!(
+            "hiprtc failed to load: {panic}"
+        )))
+    })
 }
 
 fn compile(source: &str, arch: &str, options: &[String]) -> Result<Vec<u8>, DriverError> {

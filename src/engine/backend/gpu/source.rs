@@ -148,6 +148,19 @@ pub fn defined_kernels(source: &str) -> Vec<&str> {
     names
 }
 
+/// The kernels the backend launches whose names a compiled image (an ELF CUBIN or code
+/// object, whose string tables hold each symbol between NUL bytes) does not contain.
+pub fn missing_from_image(image: &[u8]) -> Vec<&'static str> {
+    KERNEL_NAMES
+        .iter()
+        .copied()
+        .filter(|name| {
+            let symbol = [&[0u8][..], name.as_bytes(), &[0u8][..]].concat();
+            !image.windows(symbol.len()).any(|w| w == symbol.as_slice())
+        })
+        .collect()
+}
+
 /// The suffix kernel names give a storage format (`store_f16`, `load_bf16`, `add_f32`).
 pub fn format_suffix(format: Precision) -> &'static str {
     match format {
@@ -170,6 +183,26 @@ pub fn storage_kernel(f32_name: &str, precision: Precision) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_image_lacks_a_kernel_whose_name_appears_only_inside_a_longer_one() {
+        let mut table = vec![0u8];
+        for name in KERNEL_NAMES {
+            table.extend_from_slice(name.as_bytes());
+            table.push(0);
+        }
+        assert!(missing_from_image(&table).is_empty());
+        let without_relu: Vec<u8> = table
+            .split(|&b| b == 0)
+            .filter(|name| *name != b"relu_forward")
+            .flat_map(|name| name.iter().copied().chain([0]))
+            .collect();
+        // relu_forward_f16 and relu_forward_bf16 are still there.
+        assert_eq!(
+            missing_from_image(&[&[0u8][..], &without_relu].concat()),
+            ["relu_forward"]
+        );
+    }
 
     #[test]
     fn every_launched_kernel_is_defined_exactly_once() {

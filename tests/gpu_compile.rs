@@ -1,0 +1,99 @@
+//! `tinyperf gpu compile` with NVIDIA's real run-time compiler (libnvrtc from the
+//! nvidia-cuda-nvrtc-cu12 wheel, through scripts/nvrtc-lib.sh; it needs no GPU): the kernel
+//! source, f32 and 16-bit, compiles for the tinybox's and the datacenter parts'
+//! architectures into images holding every kernel, and a compiler error or a missing
+//! compiler is reported with a non-zero status, never a panic.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn nvrtc_dir() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/nvrtc-lib.sh");
+    let output = Command::new(&script)
+        .output()
+        .expect("run scripts/nvrtc-lib.sh");
+    assert!(
+        output.status.success(),
+        "scripts/nvrtc-lib.sh: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    PathBuf::from(String::from_utf8(output.stdout).unwrap().trim())
+}
+
+fn gpu_compile(lib_dir: &Path, args: &[&str]) -> Output {
+    let output = Command::new(common::tinyperf_exe())
+        .args(["gpu", "compile"])
+        .args(args)
+        .env("LD_LIBRARY_PATH", lib_dir)
+        .env("ROCM_PATH", lib_dir)
+        .output()
+        .expect("tinyperf starts");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    output
+}
+
+fn all_kernels() -> String {
+    let n = tinyperf::engine::backend::gpu::source::KERNEL_NAMES.len();
+    format!("{n} of {n} kernels")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn nvrtc_compiles_every_kernel_for_the_rtx_4090_and_h100_architectures() {
+    let output = gpu_compile(&nvrtc_dir(), &[]);
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    for arch in ["sm_89", "sm_90"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{arch}: ")))
+            .unwrap_or_else(|| panic!("no line for {arch}: {stdout}"));
+        assert!(line.contains(&all_kernels()), "{line}");
+        assert!(line.contains("(nvrtc 12."), "{line}");
+    }
+    assert!(
+        stdout.contains("compiled for all 2 architectures"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_architecture_nvrtc_rejects_prints_its_log_and_fails_while_the_others_compile() {
+    let output = gpu_compile(&nvrtc_dir(), &["--arch", "sm_1", "--arch", "sm_80"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("sm_1: compile failed"), "{stdout}");
+    assert!(
+        stdout.contains("--gpu-architecture"),
+        "the compiler's log: {stdout}"
+    );
+    assert!(stdout.contains(&format!("sm_80: {}", all_kernels())), "{stdout}");
+    assert!(
+        stdout.contains("failed for 1 of 2 architectures"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn without_the_compilers_gpu_compile_names_the_missing_library() {
+    let empty = tempfile::tempdir().unwrap();
+    let cuda = gpu_compile(empty.path(), &["--runtime", "cuda"]);
+    assert_eq!(cuda.status.code(), Some(1));
+    assert!(text(&cuda.stderr).contains("NVRTC library (libnvrtc.so) not found"));
+    let hip = gpu_compile(empty.path(), &["--runtime", "hip"]);
+    assert_eq!(hip.status.code(), Some(1));
+    assert!(text(&hip.stderr).contains("hiprtc library (libhiprtc.so) not found"));
+    let unknown = gpu_compile(empty.path(), &["--runtime", "opencl"]);
+    assert_eq!(unknown.status.code(), Some(2), "a usage error");
+}
