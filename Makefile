@@ -8,9 +8,11 @@ RELEASE_BIN := target/release/tinyperf
 DEBUG_BIN := target/debug/tinyperf
 
 # Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
-# udevadm, a C compiler for the fake GPU driver libraries, a C++ compiler to check the GPU kernel source, curl for HTTP checks, and Python with
-# venv for mlperf-logging's checkers (installed from PyPI into .venv); the build packages come first.
-TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv
+# udevadm, a C compiler for the fake GPU driver libraries, a C++ compiler to check the GPU kernel source, curl for HTTP checks, Python with
+# venv for mlperf-logging's checkers (installed from PyPI into .venv), and the hiprtc of ROCm 5.2
+# (in libamdhip64-5) to compile the HIP kernels; the build packages come first.
+TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
+	libamdhip64-5 libhiprtc-builtins5
 
 .PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-venv gpu-check install image image-test clean
 

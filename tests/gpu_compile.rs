@@ -1,7 +1,7 @@
-//! `tinyperf gpu compile` with NVIDIA's real run-time compiler (libnvrtc from the
-//! nvidia-cuda-nvrtc-cu12 wheel, through scripts/nvrtc-lib.sh; it needs no GPU): the kernel
-//! source, f32 and 16-bit, compiles for the tinybox's and the datacenter parts'
-//! architectures into images holding every kernel, and a compiler error or a missing
+//! `tinyperf gpu compile` with the vendors' real run-time compilers, which need no GPU:
+//! NVRTC from the nvidia-cuda-nvrtc-cu12 wheel (through scripts/nvrtc-lib.sh) and the
+//! hiprtc of Debian's ROCm 5.2 (libamdhip64-5). The kernel source, f32 and 16-bit, in both
+//! dialects compiles into images holding every kernel, and a compiler error or a missing
 //! compiler is reported with a non-zero status, never a panic.
 
 mod common;
@@ -78,11 +78,53 @@ fn an_architecture_nvrtc_rejects_prints_its_log_and_fails_while_the_others_compi
         stdout.contains("--gpu-architecture"),
         "the compiler's log: {stdout}"
     );
-    assert!(stdout.contains(&format!("sm_80: {}", all_kernels())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("sm_80: {}", all_kernels())),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("failed for 1 of 2 architectures"),
         "{stdout}"
     );
+}
+
+/// Debian 12's ROCm 5.2 builds hiprtc into libamdhip64.so.5; ROCm 5.3 and later, which
+/// the backend is written for, ship it as libhiprtc.so. A folder holding that name for
+/// Debian's library stands in for the later layout.
+fn debian_hiprtc_dir() -> tempfile::TempDir {
+    let library = Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5");
+    assert!(
+        library.exists(),
+        "no {} (make test-deps installs libamdhip64-5 and libhiprtc-builtins5)",
+        library.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(library, dir.path().join("libhiprtc.so")).unwrap();
+    dir
+}
+
+#[test]
+fn hiprtc_compiles_every_kernel_in_the_hip_dialect_for_rdna2_and_cdna2() {
+    // Debian's ROCm 5.2 predates gfx1100 (RX 7900 XTX): its compiler aborts on it.
+    let dir = debian_hiprtc_dir();
+    let output = gpu_compile(
+        dir.path(),
+        &["--runtime", "hip", "--arch", "gfx1030", "--arch", "gfx90a"],
+    );
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    for arch in ["gfx1030", "gfx90a"] {
+        assert!(
+            stdout.contains(&format!("{arch}: {}", all_kernels())),
+            "{stdout}"
+        );
+    }
+    assert!(stdout.contains("(hiprtc)"), "{stdout}");
 }
 
 #[test]
