@@ -151,8 +151,14 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
         })
     }
 
+    /// Op outputs, allocated as a model allocates them: the op under test must ready the
+    /// buffer itself.
     fn alloc(&mut self, len: usize) -> Result<Both<T, R>> {
-        self.both(vec![0.0; len])
+        Ok(Both {
+            t: self.test.alloc(len)?,
+            r: self.reference.alloc(len)?,
+            host: vec![0.0; len],
+        })
     }
 
     fn record(&mut self, op: &str, output: &str, b: &Both<T, R>, tolerance: f64) -> Result<()> {

@@ -60,6 +60,8 @@ pub trait Backend: Send + Sync {
 
     // --- memory -------------------------------------------------------------------
     /// A buffer whose contents are unspecified: for op outputs, which every op overwrites.
+    /// Until an op has written it, reading it (as an op's operand, in place, or by
+    /// `download`) is an error on backends that defer its memory to that first write.
     fn alloc(&self, len: usize) -> Result<Self::Buffer>;
     fn zeros(&self, len: usize) -> Result<Self::Buffer>;
     fn upload(&self, host: &[f32]) -> Result<Self::Buffer>;

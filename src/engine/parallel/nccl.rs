@@ -403,14 +403,23 @@ impl NcclAllReduce {
                     .ok_or_else(|| self.collective.error("no communicator".into()))?,
             );
         }
+        let ptrs = buffers
+            .iter()
+            .map(|b| {
+                b.f32_device_ptr().ok_or_else(|| {
+                    self.collective
+                        .error("a warm-up buffer holds no f32".into())
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let lib = &self.library;
         // SAFETY: each buffer is a live allocation of WARMUP_ELEMENTS f32 on the device of
         // the communicator and stream it is reduced with.
         unsafe {
             lib.check("ncclGroupStart", (lib.group_start)())?;
             let mut enqueued = Ok(());
-            for ((backend, buffer), &comm) in backends.iter().zip(&buffers).zip(&comms) {
-                let ptr = buffer.device_ptr().0 as *mut c_void;
+            for ((backend, device_ptr), &comm) in backends.iter().zip(&ptrs).zip(&comms) {
+                let ptr = device_ptr.0 as *mut c_void;
                 let stream = backend.driver().native_stream() as sys::cudaStream_t;
                 enqueued = enqueued.and_then(|()| {
                     lib.check(
@@ -494,6 +503,17 @@ impl NcclAllReduce {
         if buffers.iter().all(|b| b.is_empty()) {
             return Ok(());
         }
+        let mut targets = Vec::with_capacity(buffers.len());
+        for (index, buffer) in buffers.iter().enumerate().filter(|(_, b)| !b.is_empty()) {
+            let ptr = buffer
+                .f32_device_ptr()
+                .ok_or_else(|| ParallelError::Setup {
+                    reason: format!(
+                        "rank {rank}: buffer {index} holds no f32 values (unwritten or 16-bit)"
+                    ),
+                })?;
+            targets.push((ptr, buffer.len()));
+        }
         let stream = driver.native_stream();
         let lib = &self.library;
         // SAFETY: every buffer is a live device allocation of `len` f32 on this rank's
@@ -501,15 +521,15 @@ impl NcclAllReduce {
         unsafe {
             lib.check("ncclGroupStart", (lib.group_start)())?;
             let mut enqueued = Ok(());
-            for buffer in buffers.iter().filter(|b| !b.is_empty()) {
-                let ptr = buffer.device_ptr().0 as *mut c_void;
+            for &(device_ptr, len) in &targets {
+                let ptr = device_ptr.0 as *mut c_void;
                 enqueued = enqueued.and_then(|()| {
                     lib.check(
                         "ncclAllReduce",
                         (lib.all_reduce)(
                             ptr,
                             ptr,
-                            buffer.len(),
+                            len,
                             sys::ncclDataType_t::ncclFloat32,
                             sys::ncclRedOp_t::ncclSum,
                             comm,

@@ -4,13 +4,19 @@
 
 use super::stand_in::StandInDevice;
 use super::GpuBackend;
+use crate::engine::backend::crosscheck::{check_ops, Tolerances};
 use crate::engine::train::{measure_train_throughput, ModelChoice};
-use crate::engine::{Backend, EngineError, Precision};
+use crate::engine::{Backend, CpuBackend, EngineError, Precision};
 
 const GIB: usize = 1 << 30;
 
-/// Peak bytes in use and reserved over two ResNet-50 training steps at 224².
-fn resnet50_step_memory(precision: Precision, batch: usize, capacity: usize) -> (usize, usize) {
+/// Peak bytes in use and reserved over two ResNet-50 training steps at 224², and how
+/// many blocks went back to the runtime.
+fn resnet50_step_memory(
+    precision: Precision,
+    batch: usize,
+    capacity: usize,
+) -> (usize, usize, usize) {
     let device = StandInDevice::new(capacity);
     let backend = GpuBackend::new(device.clone()).with_precision(precision);
     let mut model = ModelChoice::ResNet50
@@ -31,15 +37,19 @@ fn resnet50_step_memory(precision: Precision, batch: usize, capacity: usize) -> 
     assert!(report.is_some(), "not cancelled");
     let memory = backend.memory();
     assert_eq!(memory.reserved_bytes, device.live_bytes());
-    (memory.peak_in_use_bytes, memory.peak_reserved_bytes)
+    (
+        memory.peak_in_use_bytes,
+        memory.peak_reserved_bytes,
+        device.frees(),
+    )
 }
 
 #[test]
 fn resnet50_at_batch_256_in_16_bits_fits_a_24_gib_card_on_a_stand_in_device() {
     let unlimited = 1 << 50;
-    let (f32_in_use, f32_reserved) = resnet50_step_memory(Precision::Fp32, 256, unlimited);
+    let (f32_in_use, f32_reserved, _) = resnet50_step_memory(Precision::Fp32, 256, unlimited);
     for precision in [Precision::Fp16, Precision::Bf16] {
-        let (in_use, reserved) = resnet50_step_memory(precision, 256, unlimited);
+        let (in_use, reserved, _) = resnet50_step_memory(precision, 256, unlimited);
         // Activations dominate and take half the bytes; weights, their gradients and the
         // optimizer's state stay f32.
         assert!(
@@ -59,9 +69,50 @@ fn resnet50_at_batch_256_in_16_bits_fits_a_24_gib_card_on_a_stand_in_device() {
 
 #[test]
 fn a_step_squeezed_into_less_memory_reuses_the_cache_instead_of_failing_on_a_stand_in_device() {
-    let (_, unconstrained) = resnet50_step_memory(Precision::Fp16, 32, 1 << 50);
-    let (_, squeezed) = resnet50_step_memory(Precision::Fp16, 32, unconstrained * 9 / 10);
-    assert!(squeezed <= unconstrained * 9 / 10);
+    let (in_use, reserved, frees) = resnet50_step_memory(Precision::Fp16, 32, 1 << 50);
+    assert_eq!(
+        frees, 0,
+        "nothing goes back to the runtime with room to spare"
+    );
+    let (squeezed_in_use, _, squeezed_frees) =
+        resnet50_step_memory(Precision::Fp16, 32, reserved * 9 / 10);
+    assert!(squeezed_frees > 0, "cached blocks went back to make room");
+    assert_eq!(
+        squeezed_in_use, in_use,
+        "the step itself needs what it needed"
+    );
+}
+
+#[test]
+fn every_access_of_every_op_and_a_training_step_lies_inside_a_live_block_on_a_stand_in_device() {
+    for precision in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
+        for device in [StandInDevice::new(GIB), StandInDevice::with_dnn(GIB)] {
+            let backend = GpuBackend::new(device).with_precision(precision);
+            let label = format!("{precision}, DNN {}", backend.dnn);
+            // The stand-in computes nothing, so the comparisons mean nothing here; every
+            // op running without a refused access is what counts.
+            check_ops(&backend, &CpuBackend::new(), 1, Tolerances::default())
+                .unwrap_or_else(|e| panic!("{label}: {e}"));
+            assert_eq!(
+                backend.memory().in_use_bytes,
+                0,
+                "{label}: every block came back"
+            );
+            let mut model = ModelChoice::ResNet50.build(&backend, 10, 64, 1).unwrap();
+            measure_train_throughput(
+                &backend,
+                &mut model,
+                2,
+                64,
+                0,
+                1,
+                0.1,
+                &|| false,
+                &mut |_, _, _| {},
+            )
+            .unwrap_or_else(|e| panic!("{label}: {e}"));
+        }
+    }
 }
 
 #[test]
@@ -97,5 +148,6 @@ fn reading_a_buffer_no_op_wrote_is_an_error_not_a_device_fault_on_a_stand_in_dev
         "{err}"
     );
     let mut copy = backend.alloc(16).unwrap();
-    assert!(backend.copy(&never_written, &mut copy).is_err());
+    let err = backend.copy(&never_written, &mut copy).unwrap_err();
+    assert!(err.to_string().contains("before any op wrote it"), "{err}");
 }

@@ -75,8 +75,10 @@ pub struct GpuBuffer {
 }
 
 impl GpuBuffer {
-    pub fn device_ptr(&self) -> DevicePtr {
-        self.ptr
+    /// The address of the buffer's `len` f32 values, for a library that reads and writes
+    /// them directly (NCCL); `None` while it holds no values or holds 16-bit ones.
+    pub fn f32_device_ptr(&self) -> Option<DevicePtr> {
+        (self.is_backed() && self.storage == Precision::Fp32).then_some(self.ptr)
     }
 
     pub fn len(&self) -> usize {
@@ -241,10 +243,13 @@ impl GpuBackend {
     fn output(&self, buf: &mut GpuBuffer, format: Precision) -> Result<()> {
         let bytes = buf.len * element_bytes(format);
         if !buf.is_backed() || buf.class < bytes {
-            let (ptr, class) = self.pool.take(bytes).map_err(|e| self.device(e))?;
+            // The old block goes back first, so it may serve this very request: work runs
+            // on one in-order stream, and nothing reads the old contents any more.
             if buf.is_backed() {
                 self.pool.give_back(buf.ptr, buf.class);
+                buf.class = 0;
             }
+            let (ptr, class) = self.pool.take(bytes).map_err(|e| self.device(e))?;
             buf.ptr = ptr;
             buf.class = class;
         }
@@ -331,8 +336,9 @@ impl GpuBackend {
         if buf.storage == Precision::Fp32 {
             return Ok(());
         }
-        let wide = self.convert(buf, Precision::Fp32)?;
-        self.copy(&wide, buf)
+        let mut wide = self.convert(buf, Precision::Fp32)?;
+        std::mem::swap(buf, &mut wide);
+        Ok(())
     }
 
     /// For ops that compute in f32 only: `buf` must hold f32.

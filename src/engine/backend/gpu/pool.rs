@@ -121,11 +121,12 @@ impl DevicePool {
             free.cached_bytes += class;
             return;
         }
-        free.memory.reserved_bytes -= class;
         drop(free);
+        // A block the runtime does not get back (the stream failed) stays counted as held.
         if self.driver.synchronize().is_ok() {
             // SAFETY: the block came from this driver and the stream has drained.
             unsafe { self.driver.free(ptr) };
+            self.lock().memory.reserved_bytes -= class;
         }
     }
 

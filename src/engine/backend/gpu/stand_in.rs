@@ -1,19 +1,24 @@
 //! A stand-in for a GPU's memory, for tests on machines without one: it hands out
-//! addresses against a capacity and keeps account of what is live, and does nothing else
-//! (launches and GEMMs are accepted and not run; downloads read zeros). It shows what a
-//! device would be asked to hold, never what it would compute.
+//! addresses against a capacity, keeps account of what is live, and refuses any copy,
+//! kernel pointer, GEMM operand or DNN tensor that does not lie inside one live block
+//! (for the extent its format needs). Nothing is computed: launches, GEMMs and
+//! convolutions are checked and not run, and downloads read zeros. It shows what a device
+//! would be asked to hold and where, never what it would compute.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::driver::{
-    DeviceInfo, DevicePtr, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape, MatmulPrecision,
+    DeviceInfo, DevicePtr, DnnConv, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape,
+    MatmulPrecision, Transpose,
 };
+use super::element_bytes;
 
 #[derive(Debug, Default)]
 struct Ledger {
     next: u64,
-    blocks: HashMap<u64, usize>,
+    /// Start address → bytes.
+    blocks: BTreeMap<u64, usize>,
     live: usize,
     allocs: usize,
     frees: usize,
@@ -21,6 +26,8 @@ struct Ledger {
 
 #[derive(Debug)]
 pub struct StandInDevice {
+    /// Whether it claims a DNN library, so that convolutions take the backend's DNN path.
+    dnn: bool,
     info: DeviceInfo,
     capacity: usize,
     ledger: Mutex<Ledger>,
@@ -28,7 +35,17 @@ pub struct StandInDevice {
 
 impl StandInDevice {
     pub fn new(capacity: usize) -> Arc<Self> {
+        Self::build(capacity, false)
+    }
+
+    /// One whose convolutions go through the DNN path.
+    pub fn with_dnn(capacity: usize) -> Arc<Self> {
+        Self::build(capacity, true)
+    }
+
+    fn build(capacity: usize, dnn: bool) -> Arc<Self> {
         Arc::new(StandInDevice {
+            dnn,
             info: DeviceInfo {
                 ordinal: 0,
                 name: "stand-in".into(),
@@ -47,6 +64,24 @@ impl StandInDevice {
 
     fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `bytes` from `ptr` must lie inside one live block (a pointer at least inside one).
+    fn within(&self, what: &str, ptr: DevicePtr, bytes: usize) -> Result<(), DriverError> {
+        let ledger = self.ledger();
+        let inside = ledger
+            .blocks
+            .range(..=ptr.0)
+            .next_back()
+            .is_some_and(|(&start, &size)| ptr.0 + bytes.max(1) as u64 <= start + size as u64);
+        if inside {
+            Ok(())
+        } else {
+            Err(DriverError::InvalidArgument(format!(
+                "{what}: {bytes} bytes at {:#x} are not inside a live block",
+                ptr.0
+            )))
+        }
     }
 
     pub fn live_bytes(&self) -> usize {
@@ -95,24 +130,66 @@ impl GpuDriver for StandInDevice {
             ledger.frees += 1;
         }
     }
-    fn copy_to_device(&self, _: DevicePtr, _: &[u8]) -> Result<(), DriverError> {
-        Ok(())
+    fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<(), DriverError> {
+        self.within("copy to device", dst, src.len())
     }
-    fn copy_to_host(&self, dst: &mut [u8], _: DevicePtr) -> Result<(), DriverError> {
+    fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), DriverError> {
+        self.within("copy to host", src, dst.len())?;
         dst.fill(0);
         Ok(())
     }
-    fn copy_on_device(&self, _: DevicePtr, _: DevicePtr, _: usize) -> Result<(), DriverError> {
+    fn copy_on_device(
+        &self,
+        dst: DevicePtr,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), DriverError> {
+        self.within("copy destination", dst, bytes)?;
+        self.within("copy source", src, bytes)
+    }
+    fn zero(&self, dst: DevicePtr, bytes: usize) -> Result<(), DriverError> {
+        self.within("zero", dst, bytes)
+    }
+    fn launch(&self, kernel: &str, _: LaunchShape, args: &[KernelArg]) -> Result<(), DriverError> {
+        for (index, arg) in args.iter().enumerate() {
+            if let KernelArg::Ptr(ptr) = arg {
+                self.within(&format!("{kernel} argument {index}"), *ptr, 1)?;
+            }
+        }
         Ok(())
     }
-    fn zero(&self, _: DevicePtr, _: usize) -> Result<(), DriverError> {
-        Ok(())
+    fn gemm(&self, g: &Gemm) -> Result<(), DriverError> {
+        // Row-major: the last element of a rows×cols operand with leading dimension ld.
+        let extent = |rows: usize, cols: usize, ld: usize| {
+            if rows == 0 || cols == 0 {
+                0
+            } else {
+                (rows - 1) * ld + cols
+            }
+        };
+        let (a_rows, a_cols) = match g.trans_a {
+            Transpose::No => (g.m, g.k),
+            Transpose::Yes => (g.k, g.m),
+        };
+        let (b_rows, b_cols) = match g.trans_b {
+            Transpose::No => (g.k, g.n),
+            Transpose::Yes => (g.n, g.k),
+        };
+        let operand = element_bytes(g.types.operands);
+        self.within("GEMM A", g.a, extent(a_rows, a_cols, g.lda) * operand)?;
+        self.within("GEMM B", g.b, extent(b_rows, b_cols, g.ldb) * operand)?;
+        let output = extent(g.m, g.n, g.ldc) * element_bytes(g.types.output);
+        self.within("GEMM C", g.c, output)
     }
-    fn launch(&self, _: &str, _: LaunchShape, _: &[KernelArg]) -> Result<(), DriverError> {
-        Ok(())
+    fn dnn_library(&self) -> Option<String> {
+        self.dnn.then(|| "stand-in DNN".to_string())
     }
-    fn gemm(&self, _: &Gemm) -> Result<(), DriverError> {
-        Ok(())
+    fn dnn_conv(&self, conv: &DnnConv) -> Result<bool, DriverError> {
+        let bytes = element_bytes(conv.dtype);
+        self.within("DNN x", conv.x, conv.shape.input_len() * bytes)?;
+        self.within("DNN w", conv.w, conv.shape.weight_len() * bytes)?;
+        self.within("DNN y", conv.y, conv.shape.output_len() * bytes)?;
+        Ok(true)
     }
     fn synchronize(&self) -> Result<(), DriverError> {
         Ok(())
