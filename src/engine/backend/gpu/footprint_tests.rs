@@ -6,7 +6,7 @@ use super::stand_in::StandInDevice;
 use super::GpuBackend;
 use crate::engine::backend::crosscheck::{check_ops, Tolerances};
 use crate::engine::train::{measure_train_throughput, ModelChoice};
-use crate::engine::{Backend, CpuBackend, EngineError, Precision};
+use crate::engine::{Backend, Conv2dParams, CpuBackend, EngineError, Precision};
 
 const GIB: usize = 1 << 30;
 
@@ -134,6 +134,51 @@ fn an_op_output_is_backed_in_the_format_the_op_writes_on_a_stand_in_device() {
     half.fill(&mut out, 0.5).unwrap();
     assert_eq!(out.storage(), Precision::Fp32);
     assert_eq!(half.memory().in_use_bytes - before, 4 * n);
+}
+
+#[test]
+fn a_dnn_workspace_blocked_by_cached_blocks_gets_them_back_on_a_stand_in_device() {
+    // x (1×16×16×8) and y are 8 KiB of f32, w and its DNN copy 2,304 bytes (4 KiB blocks);
+    // the stand-in's workspace for this convolution is y's 8 KiB.
+    let p = Conv2dParams {
+        batch: 1,
+        in_h: 16,
+        in_w: 16,
+        in_c: 8,
+        out_c: 8,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride: 1,
+        padding: 1,
+    };
+    let cached = (1 << 20) + (8 << 10) + (4 << 10);
+    let in_use = (8 << 10) + (4 << 10);
+    // Room for everything but the workspace, unless the cache goes back.
+    let device = StandInDevice::with_dnn(in_use + cached + (4 << 10));
+    let backend = GpuBackend::new(device.clone());
+    let x = backend.upload(&vec![1.0; p.input_len()]).unwrap();
+    let w = backend.upload(&vec![1.0; p.weight_len()]).unwrap();
+    // Blocks for y and the DNN weights, and a large one, all cached.
+    for len in [1 << 18, p.output_len(), p.weight_len()] {
+        drop(backend.upload(&vec![0.0; len]).unwrap());
+    }
+    assert_eq!(
+        backend.memory().reserved_bytes - backend.memory().in_use_bytes,
+        cached
+    );
+    let mut y = backend.alloc(p.output_len()).unwrap();
+    backend.conv2d_forward(&p, &x, &w, &mut y).unwrap();
+    // y and the DNN weights took their cached blocks; the large one went back.
+    assert_eq!(
+        device.frees(),
+        1,
+        "the cache went back to make room for the workspace"
+    );
+    assert_eq!(
+        device.live_bytes(),
+        backend.memory().reserved_bytes + (8 << 10),
+        "the workspace is the runtime's, outside the pool"
+    );
 }
 
 #[test]

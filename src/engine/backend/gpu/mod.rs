@@ -524,7 +524,16 @@ impl GpuBackend {
 
     fn dnn_conv(&self, name: &str, conv: DnnConv) -> Result<()> {
         self.timed(name, || {
-            match self.driver().dnn_conv(&conv).map_err(|e| self.device(e))? {
+            let ran = match self.driver().dnn_conv(&conv) {
+                // The DNN library takes its workspace from the runtime, not from the pool:
+                // blocks the pool caches may be what stands in its way.
+                Err(DriverError::OutOfMemory { .. }) => {
+                    self.pool.release_cached().map_err(|e| self.device(e))?;
+                    self.driver().dnn_conv(&conv)
+                }
+                other => other,
+            };
+            match ran.map_err(|e| self.device(e))? {
                 true => Ok(()),
                 false => Err(self.device(DriverError::InvalidArgument(
                     "the driver lost its DNN library".into(),

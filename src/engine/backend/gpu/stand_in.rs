@@ -3,7 +3,10 @@
 //! kernel pointer, GEMM operand or DNN tensor that does not lie inside one live block
 //! (for the extent its format needs). Nothing is computed: launches, GEMMs and
 //! convolutions are checked and not run, and downloads read zeros. It shows what a device
-//! would be asked to hold and where, never what it would compute.
+//! would be asked to hold and where, never what it would compute. One made
+//! [`with_dnn`](StandInDevice::with_dnn) also takes a DNN workspace from its own memory as
+//! cuDNN does: kept between convolutions and grown when one needs more (here, as many bytes
+//! as the convolution's output).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -22,6 +25,8 @@ struct Ledger {
     live: usize,
     allocs: usize,
     frees: usize,
+    /// The DNN workspace block and its size.
+    workspace: Option<(DevicePtr, usize)>,
 }
 
 #[derive(Debug)]
@@ -186,6 +191,17 @@ impl GpuDriver for StandInDevice {
     }
     fn dnn_conv(&self, conv: &DnnConv) -> Result<bool, DriverError> {
         let bytes = element_bytes(conv.dtype);
+        let needed = conv.shape.output_len() * bytes;
+        let held = self.ledger().workspace;
+        if held.is_none_or(|(_, size)| size < needed) {
+            if let Some((ptr, _)) = held {
+                // SAFETY: the workspace is this device's own block.
+                unsafe { self.free(ptr) };
+                self.ledger().workspace = None;
+            }
+            let ptr = self.alloc(needed)?;
+            self.ledger().workspace = Some((ptr, needed));
+        }
         self.within("DNN x", conv.x, conv.shape.input_len() * bytes)?;
         self.within("DNN w", conv.w, conv.shape.weight_len() * bytes)?;
         self.within("DNN y", conv.y, conv.shape.output_len() * bytes)?;
