@@ -81,10 +81,13 @@ impl EmulatedDevice {
         )
         .unwrap();
         let library = dir.path().join("libemulated.so");
+        // Device code reads memory through whatever type it likes (four 16-bit values as
+        // one 64-bit word): no strict aliasing on the host either.
         let out = Command::new("g++")
             .args([
                 "-std=c++20",
                 "-O2",
+                "-fno-strict-aliasing",
                 "-shared",
                 "-fPIC",
                 "-w",

@@ -35,7 +35,16 @@ impl HostKernels {
         let library = dir.path().join("libkernels.so");
         let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu/host_run.h");
         let out = Command::new("g++")
-            .args(["-std=c++17", "-O1", "-shared", "-fPIC", "-w", "-include"])
+            // Device code reads memory through whatever type it likes: no strict aliasing.
+            .args([
+                "-std=c++17",
+                "-O1",
+                "-fno-strict-aliasing",
+                "-shared",
+                "-fPIC",
+                "-w",
+                "-include",
+            ])
             .arg(&shim)
             .arg(&source)
             .arg("-o")

@@ -562,12 +562,19 @@ pub fn check_ops<T: Backend, R: Backend>(
     pair.conv("3x3 s2 c40", conv(3, 10, 11, 40, 12, 3, 2, 1))?;
     pair.conv("1x1 s2 c24", conv(2, 8, 7, 24, 6, 1, 2, 0))?;
     pair.conv("7x7 s2 c16", conv(1, 15, 13, 16, 5, 7, 2, 3))?;
-    pair.batch_norm(BatchNormParams {
-        rows: 2 * 1024 + 37,
-        channels: 45,
-        eps: 1e-5,
-        momentum: 0.1,
-    })?;
+    // Channel counts that device backends take one element at a time and four at a time.
+    for (rows, channels) in [(2 * 1024 + 37, 45), (3 * 128 + 5, 64)] {
+        let first = pair.results.len();
+        pair.batch_norm(BatchNormParams {
+            rows,
+            channels,
+            eps: 1e-5,
+            momentum: 0.1,
+        })?;
+        for result in &mut pair.results[first..] {
+            result.op = format!("{} c{channels}", result.op);
+        }
+    }
     pair.pools()?;
     pair.linear()?;
     pair.cross_entropy()?;

@@ -482,8 +482,8 @@ impl GpuBackend {
         self.launch(kernel, launch::elementwise(n.div_ceil(4)), args)
     }
 
-    /// The element-wise kernel `f32_kernel` (four f32 elements per thread) or its 16-bit
-    /// form (one element per thread) for buffers in `format`.
+    /// The element-wise kernel `f32_kernel`, or its 16-bit form, for buffers in `format`
+    /// (four elements per thread in every format).
     fn storage_elementwise(
         &self,
         f32_kernel: &str,
@@ -491,11 +491,7 @@ impl GpuBackend {
         n: usize,
         args: &[KernelArg],
     ) -> Result<()> {
-        if format.is_reduced() {
-            self.elementwise(&storage_kernel(f32_kernel, format), n, args)
-        } else {
-            self.elementwise_vec4(f32_kernel, n, args)
-        }
+        self.elementwise_vec4(&storage_kernel(f32_kernel, format), n, args)
     }
 
     /// Weights in the DNN library's order (output channel slowest) and in `format`.
@@ -1731,7 +1727,7 @@ impl GpuBackend {
         } else {
             "bn_backward_dx"
         };
-        self.elementwise(&storage_kernel(kernel, s), rows * c, &args)
+        self.elementwise_vec4(&storage_kernel(kernel, s), rows * c, &args)
     }
 
     fn check_bn(&self, op: &'static str, bn: &BatchNormBuffers<GpuBuffer>, c: usize) -> Result<()> {
@@ -1759,7 +1755,7 @@ impl GpuBackend {
         } else {
             "channel_affine"
         };
-        self.elementwise(
+        self.elementwise_vec4(
             &storage_kernel(kernel, x.storage),
             rows * c,
             &[
