@@ -373,8 +373,10 @@ IM2COL(im2col_bf16, BF16)
 // The same by rows: a block per output pixel. For a fixed kh the KW·C column entries read
 // consecutive input (consecutive kw read consecutive iw at any stride), so each is one
 // contiguous copy with the padded ends zeroed, and no thread divides.
-KERNEL void im2col_rows(const float* x, float* col, int first_image, int rows, int h, int w,
-                        int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) {
+template <class S>
+__device__ void im2col_rows_body(const typename S::T* x, typename S::T* col, int first_image,
+                                 int rows, int h, int w, int c, int kh_n, int kw_n, int stride,
+                                 int pad, int oh_n, int ow_n) {
     int k = kh_n * kw_n * c;
     int segment = kw_n * c;
     for (int row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -386,18 +388,28 @@ KERNEL void im2col_rows(const float* x, float* col, int first_image, int rows, i
         // Valid kw are those with 0 <= iw0 + kw < w.
         int lo = (iw0 < 0 ? -iw0 : 0) * c;
         int hi = (w - iw0 < kw_n ? w - iw0 : kw_n) * c;
-        float* dst = col + (long long)row * k;
+        long long dst = (long long)row * k;
         for (int kh = 0; kh < kh_n; ++kh) {
             int ih = oh * stride + kh - pad;
             bool row_inside = ih >= 0 && ih < h;
-            const float* src = x + (((long long)n * h + (row_inside ? ih : 0)) * w) * c +
-                               (long long)iw0 * c;
-            float* d = dst + kh * segment;
+            // Where kw = 0 would read; only the valid part [lo, hi) of the segment is read.
+            long long src = (((long long)n * h + (row_inside ? ih : 0)) * w + iw0) * c;
+            long long d = dst + (long long)kh * segment;
             for (int j = threadIdx.x; j < segment; j += blockDim.x)
-                d[j] = (row_inside && j >= lo && j < hi) ? src[j] : 0.0f;
+                S::store(col, d + j,
+                         (row_inside && j >= lo && j < hi) ? S::load(x, src + j) : 0.0f);
         }
     }
 }
+#define IM2COL_ROWS(NAME, S)                                                               \
+    KERNEL void NAME(const S::T* x, S::T* col, int first_image, int rows, int h, int w,    \
+                     int c, int kh_n, int kw_n, int stride, int pad, int oh_n, int ow_n) { \
+        im2col_rows_body<S>(x, col, first_image, rows, h, w, c, kh_n, kw_n, stride, pad,   \
+                            oh_n, ow_n);                                                   \
+    }
+IM2COL_ROWS(im2col_rows, F32)
+IM2COL_ROWS(im2col_rows_f16, F16)
+IM2COL_ROWS(im2col_rows_bf16, BF16)
 
 // The adjoint of im2col as a gather: each input-gradient element of the chunk's images
 // sums the column entries that read it, so no two threads write one address. The chunk

@@ -577,10 +577,30 @@ impl GpuBackend {
         images: usize,
     ) -> Result<()> {
         let k = p.kernel_h * p.kernel_w * p.in_c;
-        let total = images * p.out_h() * p.out_w() * k;
+        let rows = images * p.out_h() * p.out_w();
         let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(col.ptr)];
+        if p.in_c >= launch::IM2COL_ROWS_MIN_CHANNELS {
+            args.extend(
+                [
+                    first,
+                    rows,
+                    p.in_h,
+                    p.in_w,
+                    p.in_c,
+                    p.kernel_h,
+                    p.kernel_w,
+                    p.stride,
+                    p.padding,
+                    p.out_h(),
+                    p.out_w(),
+                ]
+                .map(i32_arg),
+            );
+            let shape = launch::block_per_output_row(rows, p.kernel_w * p.in_c);
+            return self.launch(&storage_kernel("im2col_rows", x.storage), shape, &args);
+        }
         args.extend(Self::conv_args(p, first, images));
-        self.elementwise(&storage_kernel("im2col", x.storage), total, &args)
+        self.elementwise(&storage_kernel("im2col", x.storage), rows * k, &args)
     }
 }
 

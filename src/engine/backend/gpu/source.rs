@@ -76,6 +76,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "relu_backward_bf16",
     "im2col_f16",
     "im2col_bf16",
+    "im2col_rows_f16",
+    "im2col_rows_bf16",
     "col2im_f16",
     "col2im_bf16",
     "hwio_to_ohwi_f16",
