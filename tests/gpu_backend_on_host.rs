@@ -81,13 +81,17 @@ impl EmulatedDevice {
         )
         .unwrap();
         let library = dir.path().join("libemulated.so");
-        // Device code reads memory through whatever type it likes (four 16-bit values as
-        // one 64-bit word): no strict aliasing on the host either.
+        // The kernels read four 16-bit values as one 64-bit word (never bytes another
+        // access of the same thread reads as 16-bit values); the host build assumes nothing
+        // about such accesses. A misaligned float4 or 64-bit access, a fault on a GPU,
+        // stops the test here too.
         let out = Command::new("g++")
             .args([
                 "-std=c++20",
                 "-O2",
                 "-fno-strict-aliasing",
+                "-fsanitize=alignment",
+                "-fno-sanitize-recover=alignment",
                 "-shared",
                 "-fPIC",
                 "-w",

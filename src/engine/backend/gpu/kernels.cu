@@ -648,7 +648,9 @@ __device__ void channel_affine_body(const typename S::T* x, const float* scale,
             S::store4(y, first, v);
             continue;
         }
-        for (int i = first; i < first + 4 && i < total; ++i) {
+        // Counting to four, not to first + 4, which could pass INT_MAX in the last quad.
+        for (int lane = 0; lane < 4 && first + lane < total; ++lane) {
+            int i = first + lane;
             int c = i % channels;
             float v = S::load(x, i) * scale[c] + shift[c];
             S::store(y, i, Relu ? relu(v) : v);
@@ -716,7 +718,8 @@ __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T*
                                   xv.z * a.z + g.z * k.z + b.z, xv.w * a.w + g.w * k.w + b.w));
             continue;
         }
-        for (int i = first; i < first + 4 && i < total; ++i) {
+        for (int lane = 0; lane < 4 && first + lane < total; ++lane) {
+            int i = first + lane;
             int c = i % channels;
             float g = S::load(dy, i);
             if (relu_out) g = relu_grad(S::load(relu_out, i), g);

@@ -525,11 +525,19 @@ impl GpuBackend {
                 // blocks the pool caches may be what stands in its way.
                 Err(DriverError::OutOfMemory { .. }) => {
                     self.pool.release_cached().map_err(|e| self.device(e))?;
-                    self.driver().dnn_conv(&conv)
+                    self.driver()
+                        .dnn_conv(&conv)
+                        .map_err(|e| EngineError::Device {
+                            backend: self.name.clone(),
+                            reason: format!(
+                                "{name}: the DNN library's workspace, with the pool's cache \
+                                 released: {e}"
+                            ),
+                        })?
                 }
-                other => other,
+                other => other.map_err(|e| self.device(e))?,
             };
-            match ran.map_err(|e| self.device(e))? {
+            match ran {
                 true => Ok(()),
                 false => Err(self.device(DriverError::InvalidArgument(
                     "the driver lost its DNN library".into(),
