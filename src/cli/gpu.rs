@@ -483,6 +483,8 @@ fn train_throughput(backend: &GpuBackend, args: &GpuCheckArgs) -> anyhow::Result
         &mut |_, _, _| {},
     )?
     .context("the measurement was cancelled")?;
+    let memory = backend.memory();
+    let gib = |bytes: usize| bytes as f64 / (1u64 << 30) as f64;
     Ok(ThroughputFigure {
         model: "resnet50",
         batch: args.batch,
@@ -494,8 +496,8 @@ fn train_throughput(backend: &GpuBackend, args: &GpuCheckArgs) -> anyhow::Result
         img_per_s: report.images_per_s(),
         step_ms_median: report.median_step_s() * 1e3,
         step_ms: report.step_seconds.iter().map(|s| s * 1e3).collect(),
-        peak_memory_in_use_gib: backend.memory().peak_in_use_bytes as f64 / (1u64 << 30) as f64,
-        peak_memory_reserved_gib: backend.memory().peak_reserved_bytes as f64 / (1u64 << 30) as f64,
+        peak_memory_in_use_gib: gib(memory.peak_in_use_bytes),
+        peak_memory_reserved_gib: gib(memory.peak_reserved_bytes),
     })
 }
 

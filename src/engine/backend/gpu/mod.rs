@@ -224,17 +224,9 @@ impl GpuBackend {
 
     /// A buffer for the backend's own use with room for `len` values of `format`.
     fn scratch(&self, len: usize, format: Precision) -> Result<GpuBuffer> {
-        let (ptr, class) = self
-            .pool
-            .take(len * element_bytes(format))
-            .map_err(|e| self.device(e))?;
-        Ok(GpuBuffer {
-            ptr,
-            len,
-            class,
-            pool: self.pool.clone(),
-            storage: format,
-        })
+        let mut buf = self.alloc(len)?;
+        self.output(&mut buf, format)?;
+        Ok(buf)
     }
 
     /// Readies `buf` for an op to write `format` values into: a buffer not yet backed, or
@@ -343,7 +335,6 @@ impl GpuBackend {
 
     /// For ops that compute in f32 only: `buf` must hold f32.
     fn require_f32(&self, op: &'static str, what: &'static str, buf: &GpuBuffer) -> Result<()> {
-        self.written(op, what, buf)?;
         if buf.storage == Precision::Fp32 {
             Ok(())
         } else {
@@ -546,10 +537,12 @@ impl GpuBackend {
         })
     }
 
-    fn conv_args(p: &Conv2dParams, first_image: usize, images: usize) -> Vec<KernelArg> {
+    /// The shape arguments of the im2col/col2im kernels, after `first_image` the number of
+    /// images (or, for the whole-row im2col, output rows) the launch covers.
+    fn conv_args(p: &Conv2dParams, first_image: usize, count: usize) -> Vec<KernelArg> {
         [
             first_image,
-            images,
+            count,
             p.in_h,
             p.in_w,
             p.in_c,
@@ -588,22 +581,7 @@ impl GpuBackend {
         let rows = images * p.out_h() * p.out_w();
         let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(col.ptr)];
         if p.in_c >= launch::IM2COL_ROWS_MIN_CHANNELS {
-            args.extend(
-                [
-                    first,
-                    rows,
-                    p.in_h,
-                    p.in_w,
-                    p.in_c,
-                    p.kernel_h,
-                    p.kernel_w,
-                    p.stride,
-                    p.padding,
-                    p.out_h(),
-                    p.out_w(),
-                ]
-                .map(i32_arg),
-            );
+            args.extend(Self::conv_args(p, first, rows));
             let shape = launch::block_per_output_row(rows, p.kernel_w * p.in_c);
             return self.launch(&storage_kernel("im2col_rows", x.storage), shape, &args);
         }

@@ -164,18 +164,7 @@ impl DevicePool {
 
     /// Frees every cached block (after the stream drains).
     pub fn release_cached(&self) -> Result<(), DriverError> {
-        self.driver.synchronize()?;
-        let blocks = {
-            let mut free = self.lock();
-            free.memory.reserved_bytes -= free.cached_bytes;
-            free.cached_bytes = 0;
-            std::mem::take(&mut free.blocks)
-        };
-        for ptr in blocks.into_values().flatten() {
-            // SAFETY: cached blocks are unused and the stream has drained.
-            unsafe { self.driver.free(ptr) };
-        }
-        Ok(())
+        self.release_cached_bytes(usize::MAX)
     }
 
     pub fn cached_bytes(&self) -> usize {
