@@ -1,13 +1,15 @@
 //! tinyperf: the benchmark appliance agent of a tinybox.
 //!
 //! Data flows one way: inventory → suite plan → worker executes stages → JSON-lines
-//! events → supervisor → store, D-Bus and HTTP.
+//! events → supervisor → store, D-Bus and HTTP. `record` holds what every layer
+//! shares (the run record and its store) and imports none of them.
 
 pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod engine;
 pub mod inventory;
+pub mod record;
 pub mod runtime;
 pub mod suite;
 

@@ -88,12 +88,11 @@ async fn agent(args: AgentArgs) -> anyhow::Result<i32> {
         None => tinyperf::api::dbus::BusChoice::System,
     };
     let worker_exe = std::env::current_exe().context("cannot find the tinyperf executable")?;
-    tinyperf::agent::run(AgentOptions {
+    let options = AgentOptions {
         config,
-        bus,
         worker_exe,
         root: args.root,
-    })
-    .await?;
+    };
+    tinyperf::api::daemon::run(options, bus).await?;
     Ok(0)
 }

@@ -105,7 +105,7 @@ fn start_wait_then_runs_show_and_status() {
     // Without --wait, start prints the id at once; with --json, as an object.
     let started = json(&tinyperf(&bus.address, &["start", "inventory", "--json"]));
     let id = started["id"].as_str().unwrap();
-    assert!(tinyperf::agent::store::is_valid_run_id(id), "{started}");
+    assert!(tinyperf::record::store::is_valid_run_id(id), "{started}");
 }
 
 #[test]

@@ -404,7 +404,7 @@ async fn busctl_reads_properties_and_calls_methods() {
         .unwrap()
         .trim_matches('"')
         .to_string();
-    assert!(tinyperf::agent::store::is_valid_run_id(&run_id), "{out}");
+    assert!(tinyperf::record::store::is_valid_run_id(&run_id), "{out}");
 
     let (ok, out, err) = busctl(
         &bus,

@@ -10,9 +10,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tinyperf::agent::config::Config;
 use tinyperf::agent::{start_core, AgentHandle, AgentOptions};
-use tinyperf::api::dbus::BusChoice;
 use tinyperf::api::http::{serve, serve_with, Limits};
-use tinyperf::suite::record::{Metric, RunRecord, RunState, StageResult, Trigger, Verdict};
+use tinyperf::record::{Metric, RunRecord, RunState, StageResult, Trigger, Verdict};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{sleep, timeout, Instant};
@@ -48,7 +47,6 @@ async fn start_server(
     };
     let handle = start_core(&AgentOptions {
         config,
-        bus: BusChoice::Session,
         worker_exe: PathBuf::from(env!("CARGO_BIN_EXE_tinyperf")),
         root,
     })

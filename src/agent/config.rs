@@ -11,7 +11,7 @@ pub const DEFAULT_LISTEN: &str = "[::]:8470";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/tinyperf";
 pub const DEFAULT_TOKEN_FILE: &str = "/etc/tinyperf/token";
 pub const DEFAULT_DATASET: &str = "/raid/datasets/imagenet";
-pub const DEFAULT_RETENTION: usize = 200;
+pub use crate::record::store::DEFAULT_RETENTION;
 pub const DEFAULT_CANCEL_GRACE_S: f64 = 10.0;
 
 #[derive(Debug, thiserror::Error)]

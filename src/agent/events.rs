@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::handle::AgentState;
-use crate::suite::record::{RunState, Verdict};
+use crate::record::{RunState, Verdict};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -10,9 +10,9 @@ use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::events::AgentEvent;
-use super::store::{Artifact, Store};
 use super::supervisor::Command;
-use crate::suite::record::{RunRecord, RunState, Trigger, Verdict};
+use crate::record::store::{Artifact, ReadError, Store};
+use crate::record::{RunRecord, RunState, Trigger, Verdict};
 
 /// Errors the front ends turn into named D-Bus errors and HTTP status codes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -25,6 +25,16 @@ pub enum AgentError {
     InvalidArgs(String),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<ReadError> for AgentError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::InvalidId(id) => AgentError::InvalidArgs(format!("invalid run id {id:?}")),
+            ReadError::NotFound(id) => AgentError::NotFound(id),
+            ReadError::Unreadable(reason) => AgentError::Internal(reason),
+        }
+    }
 }
 
 impl AgentError {
@@ -194,7 +204,7 @@ impl AgentHandle {
 
     /// One run's full record.
     pub fn get_run(&self, run_id: &str) -> Result<RunRecord, AgentError> {
-        self.shared.store.load(run_id)
+        Ok(self.shared.store.load(run_id)?)
     }
 
     /// Up to `limit` runs, newest first.
@@ -204,7 +214,7 @@ impl AgentHandle {
 
     /// One of a run's files (`mllog.txt`, `telemetry.csv`).
     pub fn run_artifact(&self, run_id: &str, artifact: Artifact) -> Result<Vec<u8>, AgentError> {
-        self.shared.store.read_artifact(run_id, artifact)
+        Ok(self.shared.store.read_artifact(run_id, artifact)?)
     }
 
     /// Every event from now on. A slow reader that falls behind gets `Lagged` and

@@ -13,8 +13,8 @@ use super::events::AgentEvent;
 use super::handle::{read, write, AgentError, AgentState, RunBrief, Shared};
 use super::state::{Input, SupervisorState, TransitionError};
 use super::worker::{self, WorkerControl, WorkerMessage, WorkerSpec};
+use crate::record::{RunRecord, RunState, Trigger};
 use crate::suite::event::WorkerEvent;
-use crate::suite::record::{RunRecord, RunState, Trigger};
 
 /// Requests to the supervisor.
 pub enum Command {
@@ -113,7 +113,7 @@ impl Supervisor {
         if let Some(current) = self.state.current_run() {
             return Err(AgentError::Busy(current.to_string()));
         }
-        let run_id = super::store::new_run_id();
+        let run_id = crate::record::store::new_run_id();
         let next = self
             .state
             .next(&Input::Start {

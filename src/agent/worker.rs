@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
-use super::store::Artifact;
 use super::supervisor::Command;
+use crate::record::store::Artifact;
 use crate::suite::event::WorkerEvent;
 
 /// How to start a worker.

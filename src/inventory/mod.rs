@@ -24,8 +24,8 @@ pub use nvme::NvmeController;
 pub use pci::{LinkSpeed, PathLink, PciAddress, PciDevice, PciLink};
 pub use sku::{SkuSpec, SKUS};
 
+use crate::record::{Check, Metric, Verdict};
 use crate::runtime::RuntimeReport;
-use crate::suite::record::{Check, Metric, Verdict};
 use read::Findings;
 
 /// The name of a box that matches no SKU.

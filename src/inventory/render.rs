@@ -6,8 +6,8 @@ use super::gpu::RebarState;
 use super::pci::describe_link;
 use super::units::format_bytes;
 use super::{HardwareReport, SkuSource};
+use crate::record::Verdict;
 use crate::runtime::RuntimeStatus;
-use crate::suite::record::Verdict;
 
 /// Rows of cells, printed with each column as wide as its widest cell.
 fn table(out: &mut String, rows: &[Vec<String>]) {

@@ -10,7 +10,7 @@ use super::nvme::NvmeController;
 use super::pci::{LinkSpeed, PathLink};
 use super::read::Findings;
 use super::units::{format_bytes, GIB};
-use crate::suite::record::{Check, Verdict};
+use crate::record::{Check, Verdict};
 
 /// A PCIe link a device should train to, at least.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

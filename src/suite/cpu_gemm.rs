@@ -8,8 +8,8 @@ use gemm::Parallelism;
 
 use super::cpu_peak;
 use super::options::{self, GEMM_MIN_FRACTION, GEMM_SECONDS, GEMM_SIZE};
-use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
+use crate::record::{Check, StageResult, Verdict};
 
 pub const NAME: &str = "cpu-gemm";
 pub const DEFAULT_SIZE: usize = 2048;

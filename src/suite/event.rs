@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::record::{RunRecord, RunState, StageResult};
+use crate::record::{RunRecord, RunState, StageResult};
 
 /// One line of `tinyperf run --events jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -72,7 +72,7 @@ impl RunRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suite::record::{Trigger, Verdict};
+    use crate::record::{Trigger, Verdict};
     use chrono::Utc;
 
     #[test]

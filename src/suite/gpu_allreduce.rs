@@ -3,10 +3,10 @@
 
 use super::gpu_devices::{self, GpuChoice};
 use super::options::{self, ALLREDUCE_MIB, ALLREDUCE_MIN_GBPS};
-use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::GpuBackend;
 use crate::engine::parallel::{gpu_all_reduce, measure_all_reduce_bandwidth, AllReduce};
+use crate::record::{Check, StageResult, Verdict};
 
 pub const NAME: &str = "gpu-allreduce";
 pub const DEFAULT_MIB: usize = 256;

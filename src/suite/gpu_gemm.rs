@@ -4,9 +4,9 @@
 
 use super::gpu_devices::{self, model_peak, GpuChoice};
 use super::options::{self, GPU_GEMM_SECONDS, GPU_GEMM_SIZE, GPU_MIN_FRACTION};
-use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::driver::MatmulPrecision;
+use crate::record::{Check, StageResult, Verdict};
 
 pub const NAME: &str = "gpu-gemm";
 pub const DEFAULT_SIZE: usize = 8192;

@@ -3,8 +3,8 @@
 
 use super::gpu_devices::{self, GpuChoice};
 use super::options::{self, TRANSFER_MIB};
-use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
+use crate::record::{Check, StageResult, Verdict};
 
 pub const NAME: &str = "gpu-p2p";
 const REPEATS: usize = 5;

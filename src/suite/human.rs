@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use super::event::WorkerEvent;
-use super::record::Verdict;
+use crate::record::Verdict;
 
 pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> {
     match event {

@@ -2,8 +2,8 @@
 //! the runtime probe.
 
 use super::event::WorkerEvent;
-use super::record::StageResult;
 use super::stage::{StageContext, StageReport};
+use crate::record::StageResult;
 
 pub const NAME: &str = "inventory";
 
@@ -24,7 +24,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let failed = stage
         .checks
         .iter()
-        .filter(|c| c.verdict != super::record::Verdict::Pass)
+        .filter(|c| c.verdict != crate::record::Verdict::Pass)
         .count();
     let message = match (report.sku_name(), failed) {
         ("unrecognised", _) => "unrecognised box: nothing to check against".to_string(),

@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 
 use super::options::{self, DATASET, IMAGE_SIZE, LOADER_THREADS};
-use super::record::{StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use super::training::{self, TrainJob};
 use crate::engine::train::ModelChoice;
+use crate::record::{StageResult, Verdict};
 
 pub const NAME: &str = "mlperf-resnet";
 /// Where the box keeps ImageNet (the agent's `dataset` setting says otherwise).

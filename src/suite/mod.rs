@@ -2,7 +2,6 @@
 
 pub mod event;
 pub mod options;
-pub mod record;
 
 use serde_json::{Map, Value};
 

@@ -10,15 +10,15 @@ use anyhow::Context;
 use serde_json::{Map, Value};
 
 use super::event::WorkerEvent;
-use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
 use super::{
     cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, inventory_stage, mlperf_resnet,
     options, smoke, train_throughput,
 };
-use crate::agent::store::{new_run_id, Artifact, Store};
 use crate::cli::args::{EventFormat, RunArgs};
 use crate::cli::UsageError;
+use crate::record::store::{new_run_id, Artifact, Store};
+use crate::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use crate::runtime::telemetry::{RecorderConfig, Sources, TelemetryRecorder};
 
 /// One step of a suite.
@@ -296,7 +296,7 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
             .with_context(|| format!("cannot create run directory {}", dir.display()))?;
     }
     let store = match &args.state_dir {
-        Some(dir) => Some(Store::open(dir, crate::agent::config::DEFAULT_RETENTION)?),
+        Some(dir) => Some(Store::open(dir, crate::record::store::DEFAULT_RETENTION)?),
         None => None,
     };
     let mut record = RunRecord::new(new_run_id(), suite.clone(), Trigger::Cli, options.clone());

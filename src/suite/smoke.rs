@@ -8,12 +8,12 @@ use super::options::{
     self, DATASET, IMAGE_SIZE, LOADER_THREADS, MODEL, SYNTH_CLASSES, SYNTH_PER_CLASS, SYNTH_SIZE,
     SYNTH_VAL_PER_CLASS,
 };
-use super::record::{StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use super::training::{self, TrainJob};
 use crate::engine::data::{ensure_synth_dataset, SynthSpec};
 use crate::engine::recipe::Recipe;
 use crate::engine::train::ModelChoice;
+use crate::record::{StageResult, Verdict};
 
 pub const NAME: &str = "smoke";
 pub const DEFAULT_MODEL: ModelChoice = ModelChoice::ResNet20;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::event::WorkerEvent;
-use super::record::{Check, Metric, StageResult, Verdict};
+use crate::record::{Check, Metric, StageResult, Verdict};
 
 /// A stage's view of the run.
 pub struct StageContext<'a> {

@@ -7,7 +7,6 @@ use serde_json::Value;
 use super::gpu_allreduce;
 use super::gpu_devices::{self, GpuChoice};
 use super::options::{self, TRAIN_BATCH, TRAIN_IMAGE_SIZE, TRAIN_STEPS, TRAIN_WARMUP};
-use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::GpuBackend;
 use crate::engine::backend::half_storage::HalfStorageCpu;
@@ -20,6 +19,7 @@ use crate::engine::train::{
     measure_train_throughput, DeviceOptimizer, ModelChoice, ThroughputReport,
 };
 use crate::engine::{Backend, CpuBackend, Precision};
+use crate::record::{Check, StageResult, Verdict};
 
 pub const NAME: &str = "train-throughput";
 /// Short on a CPU, where one ResNet-50 step of 32 images takes seconds.

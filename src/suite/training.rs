@@ -9,7 +9,6 @@ use serde_json::{Map, Value};
 
 use super::event::WorkerEvent;
 use super::gpu_devices::GpuChoice;
-use super::record::{Check, StageResult, Verdict};
 use super::stage::{StageContext, StageReport};
 use super::system_desc::{submission_platform, system_description, SoftwareStack};
 use crate::engine::backend::half_storage::HalfStorageCpu;
@@ -24,6 +23,7 @@ use crate::engine::train::{
     StopReason, TrainData, TrainObserver, TrainSummary,
 };
 use crate::engine::{Backend, CpuBackend};
+use crate::record::{Check, StageResult, Verdict};
 
 pub const MLLOG_FILE: &str = "mllog.txt";
 pub const SYSTEM_DESC_FILE: &str = "system_desc.json";

@@ -10,7 +10,7 @@ use zbus::OwnedVariant;
 use super::error::Agent1Error;
 use super::options::options_from_dbus;
 use crate::agent::AgentHandle;
-use crate::suite::record::Trigger;
+use crate::record::Trigger;
 
 /// The agent as exported on the bus.
 pub struct AgentInterface {

@@ -15,9 +15,9 @@ use super::body::{parse_json, read_json_bytes, read_limited};
 use super::response::{self, ApiError, Body};
 use super::router::Endpoint;
 use super::{metrics, page, sse, Limits};
-use crate::agent::store::Artifact;
 use crate::agent::{AgentError, AgentHandle, AgentState, RunBrief};
-use crate::suite::record::{RunRecord, Trigger};
+use crate::record::store::Artifact;
+use crate::record::{RunRecord, Trigger};
 
 const OPENAPI: &str = include_str!("openapi.json");
 const PAGE_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; \

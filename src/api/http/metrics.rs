@@ -10,7 +10,7 @@ use chrono::Utc;
 use serde_json::Value;
 
 use crate::agent::handle::{AgentState, Counters, StatusSnapshot};
-use crate::suite::record::{RunRecord, RunState, Verdict};
+use crate::record::{RunRecord, RunState, Verdict};
 
 /// What one scrape reports.
 pub struct Snapshot<'a> {
@@ -278,7 +278,7 @@ fn format_value(v: f64) -> String {
 mod tests {
     use super::*;
     use crate::agent::handle::StatusSnapshot;
-    use crate::suite::record::{Metric, StageResult, Trigger};
+    use crate::record::{Metric, StageResult, Trigger};
 
     fn status() -> StatusSnapshot {
         StatusSnapshot {
@@ -306,7 +306,7 @@ mod tests {
 
     #[test]
     fn renders_agent_inventory_and_last_run_families() {
-        let mut run = crate::suite::record::RunRecord::new(
+        let mut run = crate::record::RunRecord::new(
             "r1".into(),
             "acceptance".into(),
             Trigger::Http,

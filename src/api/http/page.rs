@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::agent::handle::{AgentState, StatusSnapshot};
 use crate::agent::RunBrief;
-use crate::suite::record::RunRecord;
+use crate::record::RunRecord;
 
 const STYLE: &str = include_str!("page.css");
 const SCRIPT: &str = include_str!("page.js");
@@ -484,7 +484,7 @@ pub fn esc(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suite::record::{RunState, Trigger, Verdict};
+    use crate::record::{RunState, Trigger, Verdict};
     use serde_json::json;
 
     fn status(state: AgentState) -> StatusSnapshot {

@@ -7,7 +7,7 @@
 use hyper::{Method, StatusCode};
 
 use super::response::ApiError;
-use crate::agent::store::is_valid_run_id;
+use crate::record::store::is_valid_run_id;
 
 /// A known path.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -101,7 +101,7 @@ pub fn encode<T: Serialize>(name: &str, data: &T) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suite::record::{RunState, Verdict};
+    use crate::record::{RunState, Verdict};
 
     #[test]
     fn events_encode_as_one_named_data_line() {

@@ -18,8 +18,8 @@ use zbus::Variant;
 
 use super::args::{ClientArgs, RunIdArgs, RunsArgs, StartArgs};
 use crate::api::dbus::{json_to_variant, Agent1Error, Agent1Proxy, BusChoice};
+use crate::record::{RunRecord, RunState};
 use crate::suite::options::parse_pairs;
-use crate::suite::record::{RunRecord, RunState};
 
 const EXIT_OK: i32 = 0;
 const EXIT_FAILED: i32 = 1;

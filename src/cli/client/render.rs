@@ -3,7 +3,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::table::{fields, Table};
-use crate::suite::record::{RunRecord, Verdict};
+use crate::record::{RunRecord, Verdict};
 
 /// What `tinyperf status` shows, read from the agent's properties.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -199,7 +199,7 @@ struct BriefView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suite::record::{Check, Metric, StageResult, Trigger};
+    use crate::record::{Check, Metric, StageResult, Trigger};
     use serde_json::Map;
 
     #[test]
@@ -237,7 +237,7 @@ mod tests {
             findings: vec!["no CUDA driver".into()],
             message: None,
         });
-        r.finish(crate::suite::record::RunState::Failed, None);
+        r.finish(crate::record::RunState::Failed, None);
         let text = record(&r);
         for needle in [
             "run       r-1",

@@ -10,7 +10,7 @@ use super::sample::TelemetrySample;
 /// Readings further apart than this are not joined.
 pub const MAX_BRIDGED_GAP_S: f64 = 5.0;
 
-pub const JOULES_PER_KWH: f64 = 3.6e6;
+pub use crate::record::JOULES_PER_KWH;
 
 /// Energy drawn over a span of samples.
 #[derive(Debug, Clone, PartialEq)]

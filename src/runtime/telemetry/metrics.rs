@@ -1,11 +1,7 @@
 //! A stage's telemetry as figures and notes in its [`StageResult`].
 
-use super::energy::JOULES_PER_KWH;
 use super::recorder::StageTelemetry;
-use crate::suite::record::{Metric, StageResult};
-
-/// The stage metric holding its energy; the run's summary adds these up.
-pub const ENERGY_METRIC: &str = "energy_j";
+use crate::record::{Metric, StageResult, ENERGY_METRIC, JOULES_PER_KWH};
 /// The training figure images per joule is derived from.
 const THROUGHPUT_METRIC: &str = "img_per_s";
 
@@ -49,22 +45,6 @@ impl StageTelemetry {
     }
 }
 
-/// The run's energy: the sum of its stages' energy metrics, `None` when no stage
-/// measured any.
-pub fn run_energy_j(stages: &[StageResult]) -> Option<f64> {
-    let measured: Vec<f64> = stages
-        .iter()
-        .flat_map(|s| &s.metrics)
-        .filter(|m| m.name == ENERGY_METRIC)
-        .map(|m| m.value)
-        .collect();
-    (!measured.is_empty()).then(|| measured.iter().sum())
-}
-
-pub fn joules_to_kwh(joules: f64) -> f64 {
-    joules / JOULES_PER_KWH
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -72,8 +52,9 @@ mod tests {
     use chrono::Utc;
 
     use super::*;
+    use crate::record::run_energy_j;
+    use crate::record::Verdict;
     use crate::runtime::telemetry::Energy;
-    use crate::suite::record::Verdict;
 
     fn result(metrics: Vec<Metric>) -> StageResult {
         StageResult {

@@ -16,9 +16,9 @@ mod nvml;
 mod recorder;
 mod sample;
 
+pub use crate::record::{joules_to_kwh, run_energy_j, ENERGY_METRIC};
 pub use energy::{Energy, EnergyMeter, MAX_BRIDGED_GAP_S};
 pub use limits::LimitWatch;
-pub use metrics::{joules_to_kwh, run_energy_j, ENERGY_METRIC};
 pub use nvml::throttle_reasons;
 pub use recorder::{RecorderConfig, Sources, StageTelemetry, TelemetryRecorder, DEFAULT_INTERVAL};
 pub use sample::{

@@ -251,11 +251,8 @@ impl RunRecord {
         if message.is_some() {
             self.summary.message = message;
         }
-        self.summary.energy_j = crate::runtime::telemetry::run_energy_j(&self.stages);
-        self.summary.energy_kwh = self
-            .summary
-            .energy_j
-            .map(crate::runtime::telemetry::joules_to_kwh);
+        self.summary.energy_j = super::energy::run_energy_j(&self.stages);
+        self.summary.energy_kwh = self.summary.energy_j.map(super::energy::joules_to_kwh);
         let elapsed = (now - self.started_at).num_milliseconds() as f64 / 1000.0;
         self.summary.duration_s = Some(elapsed.max(0.0));
     }

@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use chrono::Utc;
 use tracing::warn;
 
-use super::handle::AgentError;
-use crate::suite::record::{RunRecord, RunState};
+use super::run::{RunRecord, RunState};
 
 const RECORD_FILE: &str = "run.json";
+/// How many runs a store keeps unless told otherwise.
+pub const DEFAULT_RETENTION: usize = 200;
 const MAX_RUN_ID_LEN: usize = 64;
 
 /// A run's files besides its record.
@@ -43,6 +44,17 @@ pub enum StoreError {
     Write { path: PathBuf, source: io::Error },
     #[error("invalid run id {0:?}")]
     InvalidId(String),
+}
+
+/// Why a run's record or file could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    #[error("invalid run id {0:?}")]
+    InvalidId(String),
+    #[error("no run with id {0:?}")]
+    NotFound(String),
+    #[error("{0}")]
+    Unreadable(String),
 }
 
 /// A record the store could not read.
@@ -140,20 +152,21 @@ impl Store {
     }
 
     /// Reads one record.
-    pub fn load(&self, id: &str) -> Result<RunRecord, AgentError> {
+    pub fn load(&self, id: &str) -> Result<RunRecord, ReadError> {
         let dir = self
             .run_dir(id)
-            .map_err(|_| AgentError::InvalidArgs(format!("invalid run id {id:?}")))?;
+            .map_err(|_| ReadError::InvalidId(id.to_string()))?;
         let path = dir.join(RECORD_FILE);
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(AgentError::NotFound(id.to_string()))
+                return Err(ReadError::NotFound(id.to_string()))
             }
-            Err(e) => return Err(AgentError::Internal(format!("cannot read run {id}: {e}"))),
+            Err(e) => return Err(ReadError::Unreadable(format!("cannot read run {id}: {e}"))),
         };
-        serde_json::from_slice(&bytes)
-            .map_err(|e| AgentError::Internal(format!("the record of run {id} is unreadable: {e}")))
+        serde_json::from_slice(&bytes).map_err(|e| {
+            ReadError::Unreadable(format!("the record of run {id} is unreadable: {e}"))
+        })
     }
 
     /// Up to `limit` readable runs, newest first, and the records that were skipped.
@@ -232,20 +245,20 @@ impl Store {
     }
 
     /// One of a run's files.
-    pub fn read_artifact(&self, id: &str, artifact: Artifact) -> Result<Vec<u8>, AgentError> {
+    pub fn read_artifact(&self, id: &str, artifact: Artifact) -> Result<Vec<u8>, ReadError> {
         let dir = self
             .run_dir(id)
-            .map_err(|_| AgentError::InvalidArgs(format!("invalid run id {id:?}")))?;
+            .map_err(|_| ReadError::InvalidId(id.to_string()))?;
         if !dir.join(RECORD_FILE).exists() {
-            return Err(AgentError::NotFound(id.to_string()));
+            return Err(ReadError::NotFound(id.to_string()));
         }
         match fs::read(dir.join(artifact.file_name())) {
             Ok(b) => Ok(b),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(AgentError::NotFound(format!(
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ReadError::NotFound(format!(
                 "{id}/{}",
                 artifact.file_name()
             ))),
-            Err(e) => Err(AgentError::Internal(format!(
+            Err(e) => Err(ReadError::Unreadable(format!(
                 "cannot read {} of run {id}: {e}",
                 artifact.file_name()
             ))),
@@ -278,7 +291,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suite::record::Trigger;
+    use crate::record::Trigger;
 
     fn record(id: &str) -> RunRecord {
         RunRecord::new(
@@ -319,11 +332,8 @@ mod tests {
         let ids: Vec<_> = listing.records.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["b", "a"]);
         assert_eq!(store.load("a").unwrap(), a);
-        assert_eq!(store.load("zz"), Err(AgentError::NotFound("zz".into())));
-        assert!(matches!(
-            store.load("../x"),
-            Err(AgentError::InvalidArgs(_))
-        ));
+        assert_eq!(store.load("zz"), Err(ReadError::NotFound("zz".into())));
+        assert!(matches!(store.load("../x"), Err(ReadError::InvalidId(_))));
     }
 
     #[test]
@@ -347,7 +357,7 @@ mod tests {
         let mut skipped: Vec<_> = listing.skipped.iter().map(|s| s.id.as_str()).collect();
         skipped.sort();
         assert_eq!(skipped, ["garbage", "trunc"]);
-        assert!(matches!(store.load("trunc"), Err(AgentError::Internal(_))));
+        assert!(matches!(store.load("trunc"), Err(ReadError::Unreadable(_))));
     }
 
     #[test]
@@ -391,11 +401,11 @@ mod tests {
         );
         assert!(matches!(
             store.read_artifact("r", Artifact::Telemetry),
-            Err(AgentError::NotFound(_))
+            Err(ReadError::NotFound(_))
         ));
         assert!(matches!(
             store.read_artifact("nope", Artifact::Mllog),
-            Err(AgentError::NotFound(_))
+            Err(ReadError::NotFound(_))
         ));
     }
 }

@@ -1,0 +1,91 @@
+//! The agent process: its core with the D-Bus and HTTP front ends attached, until
+//! SIGTERM or SIGINT.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use tracing::{info, warn};
+
+use crate::agent::{notify, start_core, AgentHandle, AgentOptions, AgentState};
+use crate::api::dbus::BusChoice;
+use crate::record::Trigger;
+
+/// Reads the write token; a missing or empty file disables writes over HTTP.
+fn read_token(path: &Path) -> Option<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => Some(text.trim().to_string()),
+        Ok(_) => {
+            warn!(path = %path.display(), "token file is empty; HTTP writes are disabled");
+            None
+        }
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "no token file; HTTP writes are disabled");
+            None
+        }
+    }
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
+    let config = options.config.clone();
+    let handle = start_core(&options)?;
+
+    let _dbus = crate::api::dbus::serve(handle.clone(), &bus)
+        .await
+        .with_context(|| format!("cannot serve on the {} bus", bus))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let http_addr = listener.local_addr()?;
+    let token = read_token(&config.token_file);
+    tokio::spawn(super::http::serve(handle.clone(), listener, token));
+
+    info!(http = %http_addr, bus = %bus, state_dir = %config.state_dir.display(), "agent ready");
+    // Scripts and tests read this line to learn the bound address.
+    println!("ready http://{http_addr}");
+    notify::ready(&format!("serving on {http_addr}"));
+    notify::spawn_watchdog();
+
+    if let Some(suite) = &config.boot_suite {
+        match handle
+            .start(suite, config.boot_options.clone(), Trigger::Boot)
+            .await
+        {
+            Ok(id) => info!(run = %id, %suite, "boot suite started"),
+            Err(e) => warn!(%suite, error = %e, "cannot start the boot suite"),
+        }
+    }
+
+    wait_for_shutdown().await;
+    notify::stopping();
+    if let Some(run_id) = handle.status().current_run {
+        info!(run = %run_id, "cancelling the run in progress before exit");
+        let _ = handle.cancel(&run_id).await;
+        wait_idle(&handle, config.cancel_grace + Duration::from_secs(2)).await;
+    }
+    info!("agent stopped");
+    Ok(())
+}
+
+async fn wait_for_shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        warn!("cannot install signal handlers; running until killed");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM received"),
+        _ = int.recv() => info!("SIGINT received"),
+    }
+}
+
+async fn wait_idle(handle: &AgentHandle, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while handle.status().state != AgentState::Idle && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

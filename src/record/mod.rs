@@ -1,0 +1,11 @@
+//! The run record (states, verdicts, metrics, checks) and the durable store of runs.
+//!
+//! Every other layer uses these types; this module uses none of them, so data can
+//! flow one way: inventory → suite plan → worker → events → store → D-Bus and HTTP.
+
+pub mod energy;
+mod run;
+pub mod store;
+
+pub use energy::{joules_to_kwh, run_energy_j, ENERGY_METRIC, JOULES_PER_KWH};
+pub use run::*;
