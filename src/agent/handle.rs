@@ -12,7 +12,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use super::events::AgentEvent;
 use super::supervisor::Command;
 use crate::record::store::{Artifact, ReadError, Store};
-use crate::record::{RunRecord, RunState, Trigger, Verdict};
+use crate::record::writer::RecordWriter;
+use crate::record::{RunBrief, RunRecord, Trigger};
 
 /// Errors the front ends turn into named D-Bus errors and HTTP status codes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -23,6 +24,12 @@ pub enum AgentError {
     NotFound(String),
     #[error("invalid arguments: {0}")]
     InvalidArgs(String),
+    /// A record or file too large to be served whole.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Not enough free space to start a run.
+    #[error("{0}")]
+    NoSpace(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -32,18 +39,22 @@ impl From<ReadError> for AgentError {
         match e {
             ReadError::InvalidId(id) => AgentError::InvalidArgs(format!("invalid run id {id:?}")),
             ReadError::NotFound(id) => AgentError::NotFound(id),
+            e @ ReadError::TooLarge { .. } => AgentError::TooLarge(e.to_string()),
             ReadError::Unreadable(reason) => AgentError::Internal(reason),
         }
     }
 }
 
 impl AgentError {
-    /// A stable machine-readable code: `busy`, `not_found`, `invalid_args`, `internal`.
+    /// A stable machine-readable code: `busy`, `not_found`, `invalid_args`,
+    /// `too_large`, `no_space`, `internal`.
     pub fn code(&self) -> &'static str {
         match self {
             AgentError::Busy(_) => "busy",
             AgentError::NotFound(_) => "not_found",
             AgentError::InvalidArgs(_) => "invalid_args",
+            AgentError::TooLarge(_) => "too_large",
+            AgentError::NoSpace(_) => "no_space",
             AgentError::Internal(_) => "internal",
         }
     }
@@ -66,36 +77,6 @@ impl AgentState {
     }
 }
 
-/// A run in a few fields, for lists and the `LastRun` property.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunBrief {
-    pub id: String,
-    pub suite: String,
-    pub state: RunState,
-    pub verdict: Option<Verdict>,
-    pub trigger: Trigger,
-    pub started_at: DateTime<Utc>,
-    pub finished_at: Option<DateTime<Utc>>,
-    pub duration_s: Option<f64>,
-    pub message: Option<String>,
-}
-
-impl From<&RunRecord> for RunBrief {
-    fn from(r: &RunRecord) -> Self {
-        RunBrief {
-            id: r.id.clone(),
-            suite: r.suite.clone(),
-            state: r.state,
-            verdict: r.summary.verdict,
-            trigger: r.trigger,
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-            duration_s: r.summary.duration_s,
-            message: r.summary.message.clone(),
-        }
-    }
-}
-
 /// What the agent is doing, as `GET /api/v1/status` and the D-Bus properties show it.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusSnapshot {
@@ -106,6 +87,10 @@ pub struct StatusSnapshot {
     /// Progress of the current run, 0..1; 0 when idle.
     pub progress: f64,
     pub last_run: Option<RunBrief>,
+    /// Runs whose record the disk has not taken yet (a full state directory); the
+    /// agent keeps them in memory and keeps trying.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsaved_runs: Vec<String>,
     pub sku: String,
     pub version: String,
     pub agent_started_at: DateTime<Utc>,
@@ -129,7 +114,10 @@ pub struct HardwareView {
 }
 
 pub(super) struct Shared {
-    pub store: Store,
+    pub store: Arc<Store>,
+    pub writer: RecordWriter,
+    /// The run in progress as the supervisor last folded it.
+    pub current: RwLock<Option<Arc<RunRecord>>>,
     pub status: RwLock<StatusSnapshot>,
     pub hardware: RwLock<HardwareView>,
     pub counters: RwLock<Counters>,
@@ -146,7 +134,16 @@ pub struct AgentHandle {
 impl AgentHandle {
     /// What the agent is doing now.
     pub fn status(&self) -> StatusSnapshot {
-        read(&self.shared.status).clone()
+        let mut status = read(&self.shared.status).clone();
+        status.last_run = self.shared.store.last_finished();
+        status.unsaved_runs = self
+            .shared
+            .writer
+            .unsaved()
+            .into_iter()
+            .map(|u| u.id)
+            .collect();
+        status
     }
 
     /// The inventory JSON (the `Hardware` property, `GET /api/v1/hardware`).
@@ -202,19 +199,64 @@ impl AgentHandle {
         answer.await.map_err(|_| supervisor_gone())?
     }
 
-    /// One run's full record.
-    pub fn get_run(&self, run_id: &str) -> Result<RunRecord, AgentError> {
-        Ok(self.shared.store.load(run_id)?)
+    /// One run's full record: the run in progress and records not yet on disk from
+    /// memory, others read from the store off the async threads.
+    pub async fn get_run(&self, run_id: &str) -> Result<Arc<RunRecord>, AgentError> {
+        if let Some(current) = read(&self.shared.current)
+            .as_ref()
+            .filter(|r| r.id == run_id)
+        {
+            return Ok(current.clone());
+        }
+        if let Some(pending) = self.shared.writer.pending(run_id) {
+            return Ok(pending);
+        }
+        let store = self.shared.store.clone();
+        let id = run_id.to_string();
+        let record = blocking(move || store.load(&id)).await??;
+        Ok(Arc::new(record))
     }
 
-    /// Up to `limit` runs, newest first.
-    pub fn list_runs(&self, limit: usize) -> Vec<RunRecord> {
-        self.shared.store.list(limit).records
+    /// Up to `limit` runs in brief, newest first, from memory.
+    pub fn list_runs(&self, limit: usize) -> Vec<RunBrief> {
+        self.shared.store.list(limit)
     }
 
-    /// One of a run's files (`mllog.txt`, `telemetry.csv`).
-    pub fn run_artifact(&self, run_id: &str, artifact: Artifact) -> Result<Vec<u8>, AgentError> {
-        Ok(self.shared.store.read_artifact(run_id, artifact)?)
+    /// Runs in the store.
+    pub fn runs_stored(&self) -> usize {
+        self.shared.store.len()
+    }
+
+    /// Records the disk has not taken yet.
+    pub fn unsaved_runs(&self) -> Vec<crate::record::writer::Unsaved> {
+        self.shared.writer.unsaved()
+    }
+
+    /// The newest finished run in full, from memory.
+    pub fn last_finished_run(&self) -> Option<Arc<RunRecord>> {
+        self.shared.store.last_finished_record()
+    }
+
+    /// The run in progress as recorded so far.
+    pub fn current_run(&self) -> Option<Arc<RunRecord>> {
+        read(&self.shared.current).clone()
+    }
+
+    /// One of a run's files (`mllog.txt`, `telemetry.csv`), read off the async threads.
+    pub async fn run_artifact(
+        &self,
+        run_id: &str,
+        artifact: Artifact,
+    ) -> Result<Vec<u8>, AgentError> {
+        let store = self.shared.store.clone();
+        let id = run_id.to_string();
+        Ok(blocking(move || store.read_artifact(&id, artifact)).await??)
+    }
+
+    /// Waits (up to `limit`) for every record handed to the writer to be tried.
+    pub async fn flush_records(&self, limit: std::time::Duration) -> bool {
+        let writer = self.shared.writer.clone();
+        blocking(move || writer.flush(limit)).await.unwrap_or(false)
     }
 
     /// Every event from now on. A slow reader that falls behind gets `Lagged` and
@@ -230,6 +272,15 @@ impl AgentHandle {
             .await
             .map_err(|_| supervisor_gone())
     }
+}
+
+/// Runs file work on the blocking pool, never on the async threads.
+pub(super) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, AgentError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| AgentError::Internal(format!("file work failed: {e}")))
 }
 
 fn supervisor_gone() -> AgentError {

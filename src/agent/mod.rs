@@ -17,9 +17,11 @@ use chrono::Utc;
 use tokio::sync::{broadcast, mpsc};
 use tracing::{info, warn};
 
-pub use handle::{AgentError, AgentHandle, AgentState, RunBrief, StatusSnapshot};
+pub use crate::record::RunBrief;
+pub use handle::{AgentError, AgentHandle, AgentState, StatusSnapshot};
 
-use crate::record::store::Store;
+use crate::record::store::{Store, StoreOptions};
+use crate::record::writer::{RecordWriter, DEFAULT_RETRY_INTERVAL};
 use config::Config;
 use handle::{Counters, HardwareView, Shared};
 use supervisor::{Supervisor, SupervisorConfig};
@@ -43,40 +45,54 @@ pub fn scan_hardware(root: &Path, sku: Option<&str>) -> HardwareView {
     }
 }
 
-/// Builds the agent's core: store (with interrupted runs marked), hardware view and
-/// the supervisor task. Front ends attach to the returned handle.
+/// Builds the agent's core: store (its index read, interrupted runs marked), record
+/// writer, hardware view and the supervisor task. Front ends attach to the returned
+/// handle.
 pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
     let config = &options.config;
-    let store =
-        Store::open(&config.state_dir, config.retention).context("cannot open the run store")?;
+    let store_options = StoreOptions {
+        retention: config.retention,
+        ..StoreOptions::default()
+    };
+    let (store, opened) =
+        Store::open_with(&config.state_dir, store_options).context("cannot open the run store")?;
+    for id in &opened.removed_empty {
+        info!(run = %id, "removed the folder of a run that never started");
+    }
     for id in store.mark_interrupted() {
         warn!(run = %id, "run was in progress when the agent stopped; marked interrupted");
     }
-    let listing = store.list(1);
-    for skipped in &listing.skipped {
+    let skipped = store.skipped();
+    for skipped in &skipped {
         warn!(run = %skipped.id, reason = %skipped.reason, "skipping unreadable run record");
     }
+    let store = Arc::new(store);
+    let writer = RecordWriter::start(store.clone(), DEFAULT_RETRY_INTERVAL)
+        .context("cannot start the record writer")?;
     let hardware = scan_hardware(&options.root, config.sku.as_deref());
-    info!(sku = %hardware.sku, "inventory taken");
+    info!(sku = %hardware.sku, runs = store.len(), "inventory taken");
     let status = StatusSnapshot {
         state: AgentState::Idle,
         current_run: None,
         current_suite: None,
         current_stage: None,
         progress: 0.0,
-        last_run: listing.records.first().map(RunBrief::from),
+        last_run: None,
+        unsaved_runs: Vec::new(),
         sku: hardware.sku.clone(),
         version: crate::VERSION.to_string(),
         agent_started_at: Utc::now(),
     };
     let counters = Counters {
-        store_records_skipped: listing.skipped.len() as u64,
+        store_records_skipped: skipped.len() as u64,
         ..Counters::default()
     };
     let (events, _) = broadcast::channel(1024);
     let (commands, inbox) = mpsc::channel(256);
     let shared = Arc::new(Shared {
         store,
+        writer,
+        current: RwLock::new(None),
         status: RwLock::new(status),
         hardware: RwLock::new(hardware),
         counters: RwLock::new(counters),

@@ -10,9 +10,10 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{error, info, warn};
 
 use super::events::AgentEvent;
-use super::handle::{read, write, AgentError, AgentState, RunBrief, Shared};
+use super::handle::{blocking, read, write, AgentError, AgentState, Shared};
 use super::state::{Input, SupervisorState, TransitionError};
 use super::worker::{self, WorkerControl, WorkerMessage, WorkerSpec};
+use crate::record::store::Artifact;
 use crate::record::{RunRecord, RunState, Trigger};
 use crate::suite::event::WorkerEvent;
 
@@ -79,7 +80,7 @@ impl Supervisor {
                     trigger,
                     reply,
                 } => {
-                    let _ = reply.send(self.start(suite, options, trigger));
+                    let _ = reply.send(self.start(suite, options, trigger).await);
                 }
                 Command::Cancel { run_id, reply } => {
                     let _ = reply.send(self.cancel(&run_id));
@@ -103,7 +104,7 @@ impl Supervisor {
         }
     }
 
-    fn start(
+    async fn start(
         &mut self,
         suite: String,
         options: Map<String, Value>,
@@ -122,11 +123,19 @@ impl Supervisor {
             .map_err(transition_error)?;
         let mut record = RunRecord::new(run_id.clone(), suite.clone(), trigger, options);
         record.hardware = read(&self.shared.hardware).json.clone();
-        let run_dir = self
-            .shared
-            .store
-            .create(&record)
-            .map_err(|e| AgentError::Internal(format!("cannot record the run: {e}")))?;
+        let store = self.shared.store.clone();
+        let first = record.clone();
+        let (run_dir, log) = blocking(move || -> Result<_, AgentError> {
+            let dir = store
+                .create(&first)
+                .map_err(|e| AgentError::Internal(format!("cannot record the run: {e}")))?;
+            let log = store
+                .modes()
+                .create_file(&dir.join(Artifact::WorkerLog.file_name()))
+                .map_err(|e| AgentError::Internal(format!("cannot create the worker log: {e}")));
+            Ok((dir, log))
+        })
+        .await??;
         info!(run = %run_id, %suite, trigger = trigger.as_str(), "run started");
         self.state = next;
         self.publish_started(&record);
@@ -137,8 +146,11 @@ impl Supervisor {
             run_dir,
             grace: self.config.grace,
         };
-        self.record = Some(record);
-        match worker::spawn(&run_id, &spec, self.commands.clone()) {
+        self.set_current(record);
+        match log.and_then(|log| {
+            worker::spawn(&run_id, &spec, log, self.commands.clone())
+                .map_err(|e| AgentError::Internal(e.to_string()))
+        }) {
             Ok(control) => self.worker = Some(control),
             Err(e) => {
                 error!(run = %run_id, error = %e, "cannot start the worker");
@@ -186,10 +198,12 @@ impl Supervisor {
             Ok(next) => next,
             Err(TransitionError::NotInProgress { .. }) => {
                 // Tell an unknown run from one that already finished.
-                let record = self.shared.store.load(run_id)?;
+                let Some(brief) = self.shared.store.brief(run_id) else {
+                    return Err(AgentError::NotFound(run_id.to_string()));
+                };
                 return Err(AgentError::InvalidArgs(format!(
                     "run {run_id} is not in progress (it is {})",
-                    record.state
+                    brief.state
                 )));
             }
             Err(e) => return Err(transition_error(e)),
@@ -301,9 +315,12 @@ impl Supervisor {
         if !record.state.is_final() || record.state != state {
             record.finish(state, message);
         }
-        if let Err(e) = self.shared.store.save(&record) {
-            error!(run = %record.id, error = %e, "cannot store the finished run");
-        }
+        // The writer puts the record in the index at once and on disk as soon as the
+        // disk takes it; old runs are pruned after it is written.
+        self.shared
+            .writer
+            .save(&self.shared.store, Arc::new(record.clone()));
+        *write(&self.shared.current) = None;
         info!(run = %record.id, state = %record.state, "run finished");
         {
             let mut status = write(&self.shared.status);
@@ -312,7 +329,6 @@ impl Supervisor {
             status.current_suite = None;
             status.current_stage = None;
             status.progress = 0.0;
-            status.last_run = Some(RunBrief::from(&record));
         }
         *write(&self.shared.counters)
             .runs_finished
@@ -327,17 +343,20 @@ impl Supervisor {
             state: AgentState::Idle,
             current_run: None,
         });
-        let removed = self.shared.store.prune();
-        if removed > 0 {
-            info!(removed, "old runs removed by the retention limit");
-        }
     }
 
+    /// Makes `record` the run in progress, for readers and for the supervisor.
+    fn set_current(&mut self, record: RunRecord) {
+        *write(&self.shared.current) = Some(Arc::new(record.clone()));
+        self.record = Some(record);
+    }
+
+    /// Hands the run in progress to readers and to the record writer.
     fn save_current(&self) {
         if let Some(record) = &self.record {
-            if let Err(e) = self.shared.store.save(record) {
-                error!(run = %record.id, error = %e, "cannot store run progress");
-            }
+            let record = Arc::new(record.clone());
+            *write(&self.shared.current) = Some(record.clone());
+            self.shared.writer.save(&self.shared.store, record);
         }
     }
 

@@ -16,7 +16,6 @@ use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
 use super::supervisor::Command;
-use crate::record::store::Artifact;
 use crate::suite::event::WorkerEvent;
 
 /// How to start a worker.
@@ -60,9 +59,9 @@ impl WorkerControl {
 pub fn spawn(
     run_id: &str,
     spec: &WorkerSpec,
+    log: File,
     commands: mpsc::Sender<Command>,
 ) -> std::io::Result<WorkerControl> {
-    let log = File::create(spec.run_dir.join(Artifact::WorkerLog.file_name()))?;
     let mut command = ProcessCommand::new(&spec.exe);
     command
         .args(&spec.args)

@@ -64,6 +64,12 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
         let _ = handle.cancel(&run_id).await;
         wait_idle(&handle, config.cancel_grace + Duration::from_secs(2)).await;
     }
+    if !handle.flush_records(Duration::from_secs(5)).await {
+        warn!("run records were still being written at exit");
+    }
+    for unsaved in handle.unsaved_runs() {
+        warn!(run = %unsaved.id, error = %unsaved.error, "run record could not be written before exit");
+    }
     info!("agent stopped");
     Ok(())
 }

@@ -188,6 +188,10 @@ pub struct Summary {
     pub energy_j: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_kwh: Option<f64>,
+    /// Notes about the run as a whole that are not a stage's (a record that could not
+    /// be saved when the run ended, say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
 }
 
 /// A run as stored in `run.json`.

@@ -1,21 +1,38 @@
-//! The durable run store: `STATE_DIR/runs/<id>/run.json` plus the run's artifacts.
+//! The durable run store: `STATE_DIR/runs/<id>/run.json` plus the run's artifacts,
+//! with an index of every run in memory.
 //!
-//! Records are written atomically (temp file, fsync, rename, fsync of the directory), so
-//! a crash leaves either the old record or the new one. A record that cannot be read is
-//! reported and skipped, never fatal.
+//! The index is read once when the store opens and kept current by every save, so
+//! listing and retention never touch the disk; a whole record is read only when one
+//! is asked for, and never past a size limit. Records are written atomically (temp
+//! file, fsync, rename, fsync of the folder), so a crash leaves the old record or the
+//! new one. A record that cannot be read is reported and skipped, never fatal.
+//!
+//! Every method that reads or writes files blocks: async callers run them with
+//! `spawn_blocking`.
 
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use chrono::Utc;
-use tracing::warn;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use tracing::{info, warn};
 
-use super::run::{RunRecord, RunState};
+use super::brief::{BriefParts, RunBrief, StageParts};
+use super::files::{read_bounded, BoundedReadError, Modes};
+use super::index::RunIndex;
+pub use super::index::SkippedRecord;
+use super::run::{Metric, RunRecord, RunState, Summary, Trigger, Verdict};
 
 const RECORD_FILE: &str = "run.json";
 /// How many runs a store keeps unless told otherwise.
 pub const DEFAULT_RETENTION: usize = 200;
+/// The largest record read whole: far above any real run (a tinybox green acceptance
+/// run is about 54 KB), far below what would hurt the agent's memory.
+pub const DEFAULT_MAX_RECORD_BYTES: u64 = 8 * 1024 * 1024;
+/// The largest artifact (MLLOG, telemetry CSV, worker log) served whole.
+pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 64 * 1024 * 1024;
 const MAX_RUN_ID_LEN: usize = 64;
 
 /// A run's files besides its record.
@@ -46,6 +63,21 @@ pub enum StoreError {
     InvalidId(String),
 }
 
+impl StoreError {
+    /// True when the write failed for want of space, which may come back.
+    pub fn is_out_of_space(&self) -> bool {
+        match self {
+            StoreError::CreateDir { source, .. } | StoreError::Write { source, .. } => {
+                matches!(
+                    source.raw_os_error(),
+                    Some(nix::libc::ENOSPC) | Some(nix::libc::EDQUOT)
+                )
+            }
+            StoreError::InvalidId(_) => false,
+        }
+    }
+}
+
 /// Why a run's record or file could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
@@ -53,28 +85,49 @@ pub enum ReadError {
     InvalidId(String),
     #[error("no run with id {0:?}")]
     NotFound(String),
+    #[error("{what} of run {id} is {size} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        id: String,
+        what: String,
+        size: u64,
+        limit: u64,
+    },
     #[error("{0}")]
     Unreadable(String),
 }
 
-/// A record the store could not read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SkippedRecord {
-    pub id: String,
-    pub reason: String,
-}
-
-/// The result of listing the store.
-#[derive(Debug, Default)]
-pub struct Listing {
-    pub records: Vec<RunRecord>,
-    pub skipped: Vec<SkippedRecord>,
-}
-
+/// How a store is kept.
 #[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Runs kept; older finished ones are removed.
+    pub retention: usize,
+    pub max_record_bytes: u64,
+    pub max_artifact_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            retention: DEFAULT_RETENTION,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
+            max_artifact_bytes: DEFAULT_MAX_ARTIFACT_BYTES,
+        }
+    }
+}
+
+/// What opening the store found besides the readable runs.
+#[derive(Debug, Default)]
+pub struct OpenReport {
+    /// Folders of runs that never got a record, removed.
+    pub removed_empty: Vec<String>,
+}
+
+#[derive(Debug)]
 pub struct Store {
     runs_dir: PathBuf,
-    retention: usize,
+    options: StoreOptions,
+    modes: Modes,
+    index: RwLock<RunIndex>,
 }
 
 /// True for ids the store could have made: ASCII letters, digits and `-`, not starting
@@ -102,23 +155,150 @@ pub fn new_run_id() -> String {
     )
 }
 
+/// The fields of `run.json` a brief needs; everything else (the inventory, checks,
+/// findings) is skipped while parsing, so indexing reads a file without holding it.
+#[derive(Deserialize)]
+struct RecordHead {
+    id: String,
+    suite: String,
+    state: RunState,
+    trigger: Trigger,
+    started_at: DateTime<Utc>,
+    #[serde(default)]
+    finished_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    stages: Vec<StageHead>,
+    #[serde(default)]
+    summary: Summary,
+}
+
+#[derive(Deserialize)]
+struct StageHead {
+    name: String,
+    verdict: Verdict,
+    #[serde(default)]
+    metrics: Vec<Metric>,
+}
+
+impl RecordHead {
+    fn brief(&self) -> RunBrief {
+        RunBrief::from_parts(
+            BriefParts {
+                id: &self.id,
+                suite: &self.suite,
+                state: self.state,
+                trigger: self.trigger,
+                started_at: self.started_at,
+                finished_at: self.finished_at,
+                summary: &self.summary,
+            },
+            self.stages.iter().map(|s| StageParts {
+                name: &s.name,
+                verdict: s.verdict,
+                metrics: &s.metrics,
+            }),
+        )
+    }
+}
+
 impl Store {
-    /// Opens (creating if needed) the store under `state_dir`, keeping at most
-    /// `retention` runs.
+    /// Opens (creating if needed) the store under `state_dir` with the default
+    /// limits, keeping at most `retention` runs.
     pub fn open(state_dir: &Path, retention: usize) -> Result<Store, StoreError> {
+        let options = StoreOptions {
+            retention,
+            ..StoreOptions::default()
+        };
+        Store::open_with(state_dir, options).map(|(store, _)| store)
+    }
+
+    /// Opens the store and reads its index: one pass over the run folders, each
+    /// record parsed for its brief only. Folders without a record (runs that never
+    /// started) are removed.
+    pub fn open_with(
+        state_dir: &Path,
+        mut options: StoreOptions,
+    ) -> Result<(Store, OpenReport), StoreError> {
+        options.retention = options.retention.max(1);
+        let modes = Modes::lookup();
         let runs_dir = state_dir.join("runs");
-        fs::create_dir_all(&runs_dir).map_err(|source| StoreError::CreateDir {
-            path: runs_dir.clone(),
-            source,
-        })?;
-        Ok(Store {
+        let create_dir = |path: &Path| {
+            modes
+                .create_dir_all(path)
+                .map_err(|source| StoreError::CreateDir {
+                    path: path.to_path_buf(),
+                    source,
+                })
+        };
+        create_dir(state_dir)?;
+        create_dir(&runs_dir)?;
+        let store = Store {
             runs_dir,
-            retention: retention.max(1),
-        })
+            options,
+            modes,
+            index: RwLock::new(RunIndex::default()),
+        };
+        let report = store.read_index();
+        Ok((store, report))
+    }
+
+    fn read_index(&self) -> OpenReport {
+        let mut report = OpenReport::default();
+        let entries = match fs::read_dir(&self.runs_dir) {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(dir = %self.runs_dir.display(), error = %e, "cannot list the run store");
+                return report;
+            }
+        };
+        let mut index = RunIndex::default();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str() else { continue };
+            if !is_valid_run_id(id) || !entry.path().is_dir() {
+                continue;
+            }
+            let path = entry.path().join(RECORD_FILE);
+            match read_head(&path, id) {
+                Ok(head) => index.put(head.brief()),
+                Err(HeadError::Missing) => match fs::remove_dir_all(entry.path()) {
+                    Ok(()) => report.removed_empty.push(id.to_string()),
+                    Err(e) => index.skip(SkippedRecord {
+                        id: id.to_string(),
+                        reason: format!("no record, and the folder cannot be removed: {e}"),
+                    }),
+                },
+                Err(HeadError::Bad(reason)) => index.skip(SkippedRecord {
+                    id: id.to_string(),
+                    reason,
+                }),
+            }
+        }
+        let last = index.last_finished_brief().map(|b| b.id.clone());
+        *self.index_mut() = index;
+        if let Some(id) = last {
+            match self.read_record(&id) {
+                Ok(record) => self.index_mut().set_last_finished(Arc::new(record)),
+                Err(e) => warn!(run = %id, error = %e, "cannot read the last finished run"),
+            }
+        }
+        report
+    }
+
+    fn index(&self) -> RwLockReadGuard<'_, RunIndex> {
+        self.index.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn index_mut(&self) -> RwLockWriteGuard<'_, RunIndex> {
+        self.index.write().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn runs_dir(&self) -> &Path {
         &self.runs_dir
+    }
+
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
     }
 
     /// The directory of run `id`, after checking the id cannot escape the store.
@@ -129,90 +309,142 @@ impl Store {
         Ok(self.runs_dir.join(id))
     }
 
-    /// Creates the directory of a new run and writes its first record.
+    /// Creates the directory of a new run and writes its first record. When the
+    /// record cannot be written the folder goes too, so a refused start leaves
+    /// nothing behind.
     pub fn create(&self, record: &RunRecord) -> Result<PathBuf, StoreError> {
         let dir = self.run_dir(&record.id)?;
-        fs::create_dir(&dir).map_err(|source| StoreError::Write {
-            path: dir.clone(),
-            source,
-        })?;
-        self.save(record)?;
+        self.modes
+            .create_dir(&dir)
+            .map_err(|source| StoreError::Write {
+                path: dir.clone(),
+                source,
+            })?;
+        if let Err(e) = self.write(record) {
+            let _ = fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        self.index_mut().put(RunBrief::from(record));
         Ok(dir)
     }
 
-    /// Writes `record` atomically.
+    /// Updates the index with `record` and writes it atomically. The index holds the
+    /// run as it is even when the write fails.
     pub fn save(&self, record: &RunRecord) -> Result<(), StoreError> {
+        self.note(&Arc::new(record.clone()));
+        self.write(record)
+    }
+
+    /// Updates the index with `record`, in memory only.
+    pub fn note(&self, record: &Arc<RunRecord>) {
+        self.index_mut().put_record(record);
+    }
+
+    /// Writes `record` atomically, leaving the index alone.
+    pub fn write(&self, record: &RunRecord) -> Result<(), StoreError> {
         let dir = self.run_dir(&record.id)?;
         let path = dir.join(RECORD_FILE);
         let bytes = serde_json::to_vec_pretty(record).map_err(|e| StoreError::Write {
             path: path.clone(),
             source: io::Error::other(e),
         })?;
-        write_atomically(&path, &bytes).map_err(|source| StoreError::Write { path, source })
+        self.modes
+            .write_atomically(&path, &bytes)
+            .map_err(|source| StoreError::Write { path, source })
     }
 
-    /// Reads one record.
+    /// The owner and modes of what the store creates, for the files a run adds.
+    pub fn modes(&self) -> Modes {
+        self.modes
+    }
+
+    /// Reads one whole record, refusing one over the size limit.
     pub fn load(&self, id: &str) -> Result<RunRecord, ReadError> {
-        let dir = self
-            .run_dir(id)
-            .map_err(|_| ReadError::InvalidId(id.to_string()))?;
-        let path = dir.join(RECORD_FILE);
-        let bytes = match fs::read(&path) {
+        if !is_valid_run_id(id) {
+            return Err(ReadError::InvalidId(id.to_string()));
+        }
+        self.read_record(id)
+    }
+
+    fn read_record(&self, id: &str) -> Result<RunRecord, ReadError> {
+        let path = self.runs_dir.join(id).join(RECORD_FILE);
+        let limit = self.options.max_record_bytes;
+        let bytes = match read_bounded(&path, limit) {
             Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(ReadError::NotFound(id.to_string()))
             }
-            Err(e) => return Err(ReadError::Unreadable(format!("cannot read run {id}: {e}"))),
-        };
-        serde_json::from_slice(&bytes).map_err(|e| {
-            ReadError::Unreadable(format!("the record of run {id} is unreadable: {e}"))
-        })
-    }
-
-    /// Up to `limit` readable runs, newest first, and the records that were skipped.
-    pub fn list(&self, limit: usize) -> Listing {
-        let mut listing = self.list_all();
-        listing.records.truncate(limit);
-        listing
-    }
-
-    fn list_all(&self) -> Listing {
-        let mut listing = Listing::default();
-        let entries = match fs::read_dir(&self.runs_dir) {
-            Ok(e) => e,
-            Err(e) => {
-                warn!(dir = %self.runs_dir.display(), error = %e, "cannot list the run store");
-                return listing;
+            Err(BoundedReadError::Io(e)) => {
+                return Err(ReadError::Unreadable(format!("cannot read run {id}: {e}")))
             }
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(id) = name.to_str() else { continue };
-            if !is_valid_run_id(id) || !entry.path().is_dir() {
-                continue;
-            }
-            match self.load(id) {
-                Ok(r) => listing.records.push(r),
-                Err(e) => listing.skipped.push(SkippedRecord {
+            Err(BoundedReadError::TooLarge { size }) => {
+                return Err(ReadError::TooLarge {
                     id: id.to_string(),
-                    reason: e.to_string(),
-                }),
+                    what: "the record".into(),
+                    size,
+                    limit,
+                })
             }
-        }
-        listing
-            .records
-            .sort_by(|a, b| b.started_at.cmp(&a.started_at).then(b.id.cmp(&a.id)));
-        listing
+        };
+        let record: RunRecord = serde_json::from_slice(&bytes).map_err(|e| {
+            ReadError::Unreadable(format!("the record of run {id} is unreadable: {e}"))
+        })?;
+        check_id(&record.id, id).map_err(ReadError::Unreadable)?;
+        Ok(record)
+    }
+
+    /// Up to `limit` runs, newest first, from the index.
+    pub fn list(&self, limit: usize) -> Vec<RunBrief> {
+        self.index().newest().take(limit).cloned().collect()
+    }
+
+    /// One run's brief, from the index.
+    pub fn brief(&self, id: &str) -> Option<RunBrief> {
+        self.index().get(id).cloned()
+    }
+
+    /// The newest run in a final state, in brief.
+    pub fn last_finished(&self) -> Option<RunBrief> {
+        self.index().last_finished_brief().cloned()
+    }
+
+    /// The newest finished run in full, kept in memory.
+    pub fn last_finished_record(&self) -> Option<Arc<RunRecord>> {
+        self.index().last_finished_record()
+    }
+
+    /// Runs in the index.
+    pub fn len(&self) -> usize {
+        self.index().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index().is_empty()
+    }
+
+    /// Records found unreadable when the store opened.
+    pub fn skipped(&self) -> Vec<SkippedRecord> {
+        self.index().skipped().to_vec()
     }
 
     /// Marks every run still `running` as `interrupted`: called at agent start, when no
     /// run can be in progress. Returns the ids it marked.
     pub fn mark_interrupted(&self) -> Vec<String> {
+        let running: Vec<String> = self
+            .index()
+            .newest()
+            .filter(|b| b.state == RunState::Running)
+            .map(|b| b.id.clone())
+            .collect();
         let mut marked = Vec::new();
-        for mut record in self.list_all().records {
-            if record.state != RunState::Running {
-                continue;
-            }
+        for id in running {
+            let mut record = match self.read_record(&id) {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!(run = %id, error = %e, "cannot mark run interrupted");
+                    continue;
+                }
+            };
             record.finish(
                 RunState::Interrupted,
                 Some("the agent stopped while this run was in progress".into()),
@@ -228,64 +460,85 @@ impl Store {
     /// Deletes the oldest finished runs beyond the retention limit. Returns how many
     /// it removed.
     pub fn prune(&self) -> usize {
-        let listing = self.list_all();
+        let doomed = self.index().beyond(self.options.retention);
         let mut removed = 0;
-        for record in listing.records.iter().skip(self.retention) {
-            if !record.state.is_final() {
-                continue;
-            }
-            if let Ok(dir) = self.run_dir(&record.id) {
-                match fs::remove_dir_all(&dir) {
-                    Ok(()) => removed += 1,
-                    Err(e) => warn!(run = %record.id, error = %e, "cannot remove old run"),
+        for id in doomed {
+            match fs::remove_dir_all(self.runs_dir.join(&id)) {
+                Ok(()) => {
+                    self.index_mut().remove(&id);
+                    removed += 1;
                 }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.index_mut().remove(&id);
+                }
+                Err(e) => warn!(run = %id, error = %e, "cannot remove old run"),
             }
+        }
+        if removed > 0 {
+            info!(removed, "old runs removed by the retention limit");
         }
         removed
     }
 
-    /// One of a run's files.
+    /// One of a run's files, refusing one over the artifact size limit.
     pub fn read_artifact(&self, id: &str, artifact: Artifact) -> Result<Vec<u8>, ReadError> {
-        let dir = self
-            .run_dir(id)
-            .map_err(|_| ReadError::InvalidId(id.to_string()))?;
-        if !dir.join(RECORD_FILE).exists() {
+        if !is_valid_run_id(id) {
+            return Err(ReadError::InvalidId(id.to_string()));
+        }
+        if self.index().get(id).is_none() {
             return Err(ReadError::NotFound(id.to_string()));
         }
-        match fs::read(dir.join(artifact.file_name())) {
+        let limit = self.options.max_artifact_bytes;
+        match read_bounded(&self.runs_dir.join(id).join(artifact.file_name()), limit) {
             Ok(b) => Ok(b),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(ReadError::NotFound(format!(
-                "{id}/{}",
-                artifact.file_name()
-            ))),
-            Err(e) => Err(ReadError::Unreadable(format!(
+            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => Err(
+                ReadError::NotFound(format!("{id}/{}", artifact.file_name())),
+            ),
+            Err(BoundedReadError::Io(e)) => Err(ReadError::Unreadable(format!(
                 "cannot read {} of run {id}: {e}",
                 artifact.file_name()
             ))),
+            Err(BoundedReadError::TooLarge { size }) => Err(ReadError::TooLarge {
+                id: id.to_string(),
+                what: artifact.file_name().to_string(),
+                size,
+                limit,
+            }),
         }
     }
 }
 
-/// Writes `bytes` to `path` so that readers see the old file or the new one, never a
-/// mix: temp file in the same directory, fsync, rename, fsync of the directory.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let file_name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("record");
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+enum HeadError {
+    /// The folder has no record: the run never started.
+    Missing,
+    Bad(String),
+}
+
+/// Parses the brief's fields of `path` as it is read, checking the record names the
+/// folder it is in.
+fn read_head(path: &Path, folder: &str) -> Result<RecordHead, HeadError> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(HeadError::Missing),
+        Err(e) => return Err(HeadError::Bad(format!("cannot read the record: {e}"))),
+    };
+    let head: RecordHead = serde_json::from_reader(BufReader::new(file))
+        .map_err(|e| HeadError::Bad(format!("the record is unreadable: {e}")))?;
+    check_id(&head.id, folder).map_err(HeadError::Bad)?;
+    Ok(head)
+}
+
+/// A record must carry the id of its folder: otherwise it would be listed, cancelled
+/// or pruned under a name that is not its own.
+fn check_id(recorded: &str, folder: &str) -> Result<(), String> {
+    if recorded == folder {
+        Ok(())
+    } else {
+        Err(format!(
+            "the record in folder {folder} says its id is {:?}",
+            recorded.chars().take(80).collect::<String>()
+        ))
     }
-    result
 }
 
 #[cfg(test)]
@@ -328,8 +581,7 @@ mod tests {
         a.started_at -= chrono::Duration::seconds(10);
         store.create(&a).unwrap();
         store.create(&record("b")).unwrap();
-        let listing = store.list(10);
-        let ids: Vec<_> = listing.records.iter().map(|r| r.id.as_str()).collect();
+        let ids: Vec<_> = store.list(10).into_iter().map(|r| r.id).collect();
         assert_eq!(ids, ["b", "a"]);
         assert_eq!(store.load("a").unwrap(), a);
         assert_eq!(store.load("zz"), Err(ReadError::NotFound("zz".into())));
@@ -351,10 +603,12 @@ mod tests {
             b"\xff\x00",
         )
         .unwrap();
+        let store = Store::open(dir.path(), 10).unwrap();
         let listing = store.list(10);
-        assert_eq!(listing.records.len(), 1);
-        assert_eq!(listing.records[0].id, "good");
-        let mut skipped: Vec<_> = listing.skipped.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(listing.len(), 1);
+        assert_eq!(listing[0].id, "good");
+        let skipped = store.skipped();
+        let mut skipped: Vec<_> = skipped.iter().map(|s| s.id.as_str()).collect();
         skipped.sort();
         assert_eq!(skipped, ["garbage", "trunc"]);
         assert!(matches!(store.load("trunc"), Err(ReadError::Unreadable(_))));
@@ -368,6 +622,7 @@ mod tests {
         let mut done = record("done");
         done.finish(RunState::Passed, None);
         store.create(&done).unwrap();
+        let store = Store::open(dir.path(), 10).unwrap();
         assert_eq!(store.mark_interrupted(), vec!["live".to_string()]);
         assert_eq!(store.load("live").unwrap().state, RunState::Interrupted);
         assert_eq!(store.load("done").unwrap(), done);
@@ -385,7 +640,10 @@ mod tests {
             store.create(&r).unwrap();
         }
         assert_eq!(store.prune(), 2);
-        let ids: Vec<_> = store.list(10).records.into_iter().map(|r| r.id).collect();
+        let ids: Vec<_> = store.list(10).into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, ["r4", "r3"]);
+        let reopened = Store::open(dir.path(), 2).unwrap();
+        let ids: Vec<_> = reopened.list(10).into_iter().map(|r| r.id).collect();
         assert_eq!(ids, ["r4", "r3"]);
     }
 
@@ -407,5 +665,90 @@ mod tests {
             store.read_artifact("nope", Artifact::Mllog),
             Err(ReadError::NotFound(_))
         ));
+    }
+
+    #[test]
+    fn the_index_is_read_once_and_kept_current_by_saves() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 10).unwrap();
+        let mut r = record("r1");
+        store.create(&r).unwrap();
+        // Gone from the disk, still listed: listing reads the index, not the files.
+        fs::remove_file(store.run_dir("r1").unwrap().join(RECORD_FILE)).unwrap();
+        assert_eq!(store.list(5)[0].state, RunState::Running);
+        r.finish(RunState::Passed, None);
+        store.save(&r).unwrap();
+        assert_eq!(store.list(5)[0].state, RunState::Passed);
+        assert_eq!(store.last_finished().unwrap().id, "r1");
+        assert_eq!(store.last_finished_record().unwrap().id, "r1");
+        let reopened = Store::open(dir.path(), 10).unwrap();
+        assert_eq!(reopened.list(5)[0].state, RunState::Passed);
+        assert_eq!(
+            reopened.last_finished_record().unwrap().state,
+            RunState::Passed
+        );
+    }
+
+    #[test]
+    fn a_record_over_the_size_limit_is_listed_but_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            max_record_bytes: 4096,
+            ..StoreOptions::default()
+        };
+        let (store, _) = Store::open_with(dir.path(), options.clone()).unwrap();
+        let mut big = record("big");
+        big.hardware = serde_json::json!({"blob": "x".repeat(100_000)});
+        big.finish(RunState::Passed, None);
+        store.create(&big).unwrap();
+        let (store, _) = Store::open_with(dir.path(), options).unwrap();
+        assert_eq!(store.list(5)[0].id, "big");
+        let err = store.load("big").unwrap_err();
+        assert!(
+            matches!(err, ReadError::TooLarge { limit: 4096, .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("over the limit of 4096 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_record_whose_id_is_not_its_folder_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 10).unwrap();
+        store.create(&record("honest")).unwrap();
+        let moved = store.run_dir("impostor").unwrap();
+        fs::create_dir(&moved).unwrap();
+        fs::copy(
+            store.run_dir("honest").unwrap().join(RECORD_FILE),
+            moved.join(RECORD_FILE),
+        )
+        .unwrap();
+        let store = Store::open(dir.path(), 10).unwrap();
+        let ids: Vec<_> = store.list(10).into_iter().map(|b| b.id).collect();
+        assert_eq!(ids, ["honest"]);
+        let skipped = store.skipped();
+        assert_eq!(skipped[0].id, "impostor");
+        assert!(
+            skipped[0].reason.contains("says its id is \"honest\""),
+            "{skipped:?}"
+        );
+        assert!(matches!(
+            store.load("impostor"),
+            Err(ReadError::Unreadable(_))
+        ));
+    }
+
+    #[test]
+    fn folders_of_runs_that_never_started_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 10).unwrap();
+        fs::create_dir(store.run_dir("never").unwrap()).unwrap();
+        let (store, report) = Store::open_with(dir.path(), StoreOptions::default()).unwrap();
+        assert_eq!(report.removed_empty, ["never"]);
+        assert!(!store.run_dir("never").unwrap().exists());
+        assert!(store.skipped().is_empty());
     }
 }

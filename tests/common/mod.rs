@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const TOKEN: &str = "test-token-0123456789abcdef";
+pub const TOKEN: &str = "test-token-0123456789abcdef-0123456789abcdef";
 
 /// The `tinyperf` binary cargo built for these tests.
 pub fn tinyperf_exe() -> PathBuf {
@@ -77,7 +77,7 @@ impl AgentDirs {
     pub fn new(extra: &str) -> AgentDirs {
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
-        std::fs::write(&token, TOKEN).unwrap();
+        write_token(&token, TOKEN.as_bytes(), 0o600);
         let config = format!(
             "listen = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nstate_dir = \"{}\"\n{extra}\n",
             token.display(),
@@ -200,4 +200,116 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
 pub fn read_record(state_dir: &Path, id: &str) -> Option<serde_json::Value> {
     let bytes = std::fs::read(state_dir.join("runs").join(id).join("run.json")).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// Writes a token file with `mode`.
+pub fn write_token(path: &Path, token: &[u8], mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, token).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The resident memory of process `pid`, in bytes.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status");
+    kib * 1024
+}
+
+/// A finished run record of a tinybox green's size: the inventory suite run over the
+/// green fixture tree, as the worker records it.
+pub fn green_record() -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tinybox-green");
+    let out = Command::new(tinyperf_exe())
+        .args(["run", "inventory", "--events", "jsonl", "--root"])
+        .arg(&fixture)
+        .arg("--state-dir")
+        .arg(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("tinyperf run starts");
+    assert!(out.status.code().is_some(), "{out:?}");
+    let runs = dir.path().join("runs");
+    let run = std::fs::read_dir(&runs).unwrap().flatten().next().unwrap();
+    serde_json::from_slice(&std::fs::read(run.path().join("run.json")).unwrap()).unwrap()
+}
+
+/// Writes `count` copies of `template` into the store under `state_dir`, each under
+/// its own id and start time, newest last. Returns the ids, oldest first.
+pub fn seed_runs(state_dir: &Path, template: &serde_json::Value, count: usize) -> Vec<String> {
+    let runs = state_dir.join("runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    let start = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap();
+    (0..count)
+        .map(|i| {
+            let at = start + chrono::Duration::seconds(i as i64 * 60);
+            let id = format!("{}-{:06x}", at.format("%Y%m%d-%H%M%S"), i);
+            let mut record = template.clone();
+            record["id"] = id.clone().into();
+            record["started_at"] = at.to_rfc3339().into();
+            record["finished_at"] = (at + chrono::Duration::seconds(5)).to_rfc3339().into();
+            let dir = runs.join(&id);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("run.json"),
+                serde_json::to_vec_pretty(&record).unwrap(),
+            )
+            .unwrap();
+            id
+        })
+        .collect()
+}
+
+/// A plain HTTP/1.1 GET on a fresh connection: the status and the body.
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of head"))?;
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line: {head}")))?;
+    let mut body = raw[head_end + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    Ok((status, body))
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(
+            std::str::from_utf8(&data[..line_end]).unwrap_or("0").trim(),
+            16,
+        )
+        .unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = line_end + 2;
+        out.extend_from_slice(&data[start..(start + size).min(data.len())]);
+        data = &data[(start + size + 2).min(data.len())..];
+    }
+    out
 }

@@ -15,6 +15,10 @@ pub enum Agent1Error {
     NotFound(String),
     /// An unknown suite, option, or option value.
     InvalidArgs(String),
+    /// A record too large to send whole.
+    TooLarge(String),
+    /// Not enough free space in the state directory to start a run.
+    NoSpace(String),
     /// Something broke inside the agent.
     Internal(String),
 }
@@ -26,6 +30,8 @@ impl From<AgentError> for Agent1Error {
             AgentError::Busy(_) => Agent1Error::Busy(description),
             AgentError::NotFound(_) => Agent1Error::NotFound(description),
             AgentError::InvalidArgs(_) => Agent1Error::InvalidArgs(description),
+            AgentError::TooLarge(_) => Agent1Error::TooLarge(description),
+            AgentError::NoSpace(_) => Agent1Error::NoSpace(description),
             AgentError::Internal(_) => Agent1Error::Internal(description),
         }
     }

@@ -12,6 +12,10 @@ use super::options::options_from_dbus;
 use crate::agent::AgentHandle;
 use crate::record::Trigger;
 
+/// The most runs one `ListRuns` reply carries: with briefs of about a kilobyte the
+/// reply stays near 100 KB, far below the bus's message limit.
+pub const MAX_LISTED_RUNS: usize = 100;
+
 /// The agent as exported on the bus.
 pub struct AgentInterface {
     handle: AgentHandle,
@@ -48,15 +52,16 @@ impl AgentInterface {
 
     /// One run's full record as JSON.
     async fn get_run(&self, run_id: String) -> Result<String, Agent1Error> {
-        to_json(&self.handle.get_run(&run_id)?)
+        let record = self.handle.get_run(&run_id).await?;
+        to_json(&*record)
     }
 
-    /// Up to `limit` run records as a JSON array, newest first; 0 means all of them.
+    /// Up to `limit` runs in brief as a JSON array, newest first; 0, or more than
+    /// the cap of 100, means the newest 100. `GetRun` gives a run in full.
     async fn list_runs(&self, limit: u32) -> Result<String, Agent1Error> {
-        let limit = if limit == 0 {
-            usize::MAX
-        } else {
-            limit as usize
+        let limit = match limit as usize {
+            0 => MAX_LISTED_RUNS,
+            n => n.min(MAX_LISTED_RUNS),
         };
         to_json(&self.handle.list_runs(limit))
     }

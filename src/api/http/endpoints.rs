@@ -15,9 +15,9 @@ use super::body::{parse_json, read_json_bytes, read_limited};
 use super::response::{self, ApiError, Body};
 use super::router::Endpoint;
 use super::{metrics, page, sse, Limits};
-use crate::agent::{AgentError, AgentHandle, AgentState, RunBrief};
+use crate::agent::{AgentHandle, AgentState};
 use crate::record::store::Artifact;
-use crate::record::{RunRecord, Trigger};
+use crate::record::{RunBrief, RunRecord, Trigger};
 
 const OPENAPI: &str = include_str!("openapi.json");
 const PAGE_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; \
@@ -85,7 +85,7 @@ impl App {
             Endpoint::Runs => self.list_runs(request.uri().query()).await,
             Endpoint::Run(id) => {
                 let record = self.load_run(id).await?;
-                Ok(response::json(StatusCode::OK, &record))
+                Ok(response::json(StatusCode::OK, &*record))
             }
             Endpoint::RunMllog(id) => {
                 let bytes = self.artifact(id, Artifact::Mllog).await?;
@@ -141,22 +141,18 @@ impl App {
 
     async fn list_runs(&self, query: Option<&str>) -> Result<Response<Body>, ApiError> {
         let limit = run_limit(query)?;
-        let handle = self.handle.clone();
-        let runs = blocking(move || Ok(handle.list_runs(limit))).await?;
         let page = RunsPage {
-            runs: runs.iter().map(RunBrief::from).collect(),
+            runs: self.handle.list_runs(limit),
         };
         Ok(response::json(StatusCode::OK, &page))
     }
 
-    async fn load_run(&self, id: String) -> Result<RunRecord, ApiError> {
-        let handle = self.handle.clone();
-        blocking(move || handle.get_run(&id)).await
+    async fn load_run(&self, id: String) -> Result<Arc<RunRecord>, ApiError> {
+        Ok(self.handle.get_run(&id).await?)
     }
 
     async fn artifact(&self, id: String, artifact: Artifact) -> Result<Vec<u8>, ApiError> {
-        let handle = self.handle.clone();
-        blocking(move || handle.run_artifact(&id, artifact)).await
+        Ok(self.handle.run_artifact(&id, artifact).await?)
     }
 
     fn events(&self) -> Result<Response<Body>, ApiError> {
@@ -184,33 +180,29 @@ impl App {
 
     async fn metrics(&self) -> Result<Response<Body>, ApiError> {
         let status = self.handle.status();
-        let last_run = match &status.last_run {
-            Some(last) => self.load_run(last.id.clone()).await.ok(),
-            None => None,
-        };
+        let last_run = self.handle.last_finished_run();
         let text = metrics::render(&metrics::Snapshot {
             status: &status,
             counters: &self.handle.counters(),
             hardware: &self.handle.hardware(),
-            last_run: last_run.as_ref(),
+            last_run: last_run.as_deref(),
+            runs_stored: self.handle.runs_stored(),
         });
         Ok(response::bytes(StatusCode::OK, response::PROMETHEUS, text))
     }
 
     async fn page(&self) -> Result<Response<Body>, ApiError> {
         let status = self.handle.status();
-        let handle = self.handle.clone();
-        let runs = blocking(move || Ok(handle.list_runs(PAGE_HISTORY))).await?;
-        let current = match (&status.state, &status.current_run) {
-            (AgentState::Running, Some(id)) => self.load_run(id.clone()).await.ok(),
-            _ => None,
+        let runs = self.handle.list_runs(PAGE_HISTORY);
+        let current = match status.state {
+            AgentState::Running => self.handle.current_run(),
+            AgentState::Idle => None,
         };
-        let briefs: Vec<RunBrief> = runs.iter().map(RunBrief::from).collect();
         let html = page::render(&page::PageData {
             status: &status,
             hardware: &self.handle.hardware(),
-            runs: &briefs,
-            current: current.as_ref(),
+            runs: &runs,
+            current: current.as_deref(),
             now: Utc::now(),
         });
         let mut response = response::bytes(StatusCode::OK, response::HTML, html);
@@ -255,18 +247,6 @@ fn check_head_size(request: &Request<Incoming>, limits: &Limits) -> Result<(), A
         ));
     }
     Ok(())
-}
-
-/// Reads the store off the async threads.
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, AgentError> + Send + 'static,
-) -> Result<T, ApiError> {
-    match tokio::task::spawn_blocking(work).await {
-        Ok(result) => result.map_err(ApiError::from),
-        Err(e) => Err(ApiError::internal(format!(
-            "reading the run store failed: {e}"
-        ))),
-    }
 }
 
 /// `?limit=N`, 1..=1000; any other parameter is refused.

@@ -19,6 +19,8 @@ pub struct Snapshot<'a> {
     pub hardware: &'a Value,
     /// The full record of the last finished run, if it could be read.
     pub last_run: Option<&'a RunRecord>,
+    /// Runs in the store's index.
+    pub runs_stored: usize,
 }
 
 pub fn render(s: &Snapshot<'_>) -> String {
@@ -95,6 +97,19 @@ pub fn render(s: &Snapshot<'_>) -> String {
         "tinyperf_store_records_skipped",
         &[],
         s.counters.store_records_skipped as f64,
+    );
+
+    out.family("tinyperf_store_runs", "gauge", "Runs kept in the store.");
+    out.sample("tinyperf_store_runs", &[], s.runs_stored as f64);
+    out.family(
+        "tinyperf_store_unsaved_runs",
+        "gauge",
+        "Run records the disk has not taken yet (kept in memory and retried).",
+    );
+    out.sample(
+        "tinyperf_store_unsaved_runs",
+        &[],
+        status.unsaved_runs.len() as f64,
     );
 
     inventory(&mut out, s.hardware);
@@ -288,6 +303,7 @@ mod tests {
             current_stage: None,
             progress: 0.25,
             last_run: None,
+            unsaved_runs: Vec::new(),
             sku: "tinybox-\"green\"".into(),
             version: "0.1.0".into(),
             agent_started_at: Utc::now(),
@@ -337,6 +353,7 @@ mod tests {
             counters: &counters,
             hardware: &hardware,
             last_run: Some(&run),
+            runs_stored: 4,
         });
         for line in [
             "tinyperf_agent_info{version=\"0.1.0\",sku=\"tinybox-\\\"green\\\"\"} 1",

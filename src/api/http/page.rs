@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::agent::handle::{AgentState, StatusSnapshot};
-use crate::agent::RunBrief;
+use crate::record::RunBrief;
 use crate::record::RunRecord;
 
 const STYLE: &str = include_str!("page.css");
@@ -495,6 +495,7 @@ mod tests {
             current_stage: Some("gemm".into()),
             progress: 0.4,
             last_run: None,
+            unsaved_runs: Vec::new(),
             sku: "tinybox-green".into(),
             version: "0.1.0".into(),
             agent_started_at: Utc::now() - chrono::Duration::seconds(3725),
@@ -512,6 +513,9 @@ mod tests {
             finished_at: Some(Utc::now()),
             duration_s: Some(75.0),
             message: Some(message.into()),
+            stages: Vec::new(),
+            figures: Vec::new(),
+            findings: Vec::new(),
         }
     }
 

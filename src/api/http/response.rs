@@ -128,6 +128,8 @@ impl From<AgentError> for ApiError {
             AgentError::Busy(_) => StatusCode::CONFLICT,
             AgentError::NotFound(_) => StatusCode::NOT_FOUND,
             AgentError::InvalidArgs(_) => StatusCode::BAD_REQUEST,
+            AgentError::TooLarge(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            AgentError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
             AgentError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.code(), e.to_string())

@@ -36,6 +36,8 @@ pub fn explain(
         Agent1Error::InvalidArgs(description) => {
             format!("the agent refused the request: {description}")
         }
+        Agent1Error::TooLarge(description) => format!("the agent cannot send it: {description}"),
+        Agent1Error::NoSpace(description) => format!("the agent cannot start a run: {description}"),
         Agent1Error::Internal(description) => format!("the agent failed: {description}"),
         Agent1Error::ZBus(e) => explain_bus_error(e, bus),
     }

@@ -18,7 +18,7 @@ use zbus::Variant;
 
 use super::args::{ClientArgs, RunIdArgs, RunsArgs, StartArgs};
 use crate::api::dbus::{json_to_variant, Agent1Error, Agent1Proxy, BusChoice};
-use crate::record::{RunRecord, RunState};
+use crate::record::{RunBrief, RunRecord, RunState};
 use crate::suite::options::parse_pairs;
 
 const EXIT_OK: i32 = 0;
@@ -278,7 +278,7 @@ async fn runs_inner(args: &RunsArgs) -> Result<i32, Exit> {
         println!("{json}");
         return Ok(EXIT_OK);
     }
-    let records: Vec<RunRecord> = serde_json::from_str(&json)
+    let records: Vec<RunBrief> = serde_json::from_str(&json)
         .with_context(|| format!("the agent sent a run list that does not parse: {json}"))?;
     print!("{}", render::runs(&records));
     Ok(EXIT_OK)

@@ -3,7 +3,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::table::{fields, Table};
-use crate::record::{RunRecord, Verdict};
+use crate::record::{RunBrief, RunRecord, Verdict};
 
 /// What `tinyperf status` shows, read from the agent's properties.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -40,7 +40,7 @@ fn verdict(v: Option<Verdict>) -> String {
 }
 
 /// `tinyperf runs`: one line per run.
-pub fn runs(records: &[RunRecord]) -> String {
+pub fn runs(records: &[RunBrief]) -> String {
     if records.is_empty() {
         return "no runs recorded\n".to_string();
     }
@@ -52,10 +52,10 @@ pub fn runs(records: &[RunRecord]) -> String {
             r.id.clone(),
             r.suite.clone(),
             r.state.as_str().to_string(),
-            verdict(r.summary.verdict),
+            verdict(r.verdict),
             r.trigger.as_str().to_string(),
             time(r.started_at),
-            duration(r.summary.duration_s),
+            duration(r.duration_s),
         ]);
     }
     table.render()
@@ -187,7 +187,7 @@ pub fn status(s: &Status) -> String {
     fields(&pairs)
 }
 
-/// The fields of the agent's `LastRun` brief (a [`crate::agent::RunBrief`]) that `status` shows.
+/// The fields of the agent's `LastRun` brief (a [`crate::record::RunBrief`]) that `status` shows.
 #[derive(serde::Deserialize)]
 struct BriefView {
     id: String,

@@ -1,0 +1,193 @@
+//! A run in a few fields: what lists, the status page, `LastRun` and `ListRuns` show,
+//! small enough that the store keeps one per run in memory.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::run::{Metric, RunRecord, RunState, Summary, Trigger, Verdict};
+
+/// Figures a brief carries when a stage measured them: the ones an operator
+/// compares run against run.
+const HEADLINE_METRICS: &[&str] = &[
+    "gflops_sustained",
+    "min_pair_gbps",
+    "busbw_gbps",
+    "img_per_s",
+    "estimated_time_to_train_min",
+    "time_to_target_s",
+    "final_accuracy",
+    "energy_kwh",
+];
+/// Per-device matmul figures (`gpu0_fp16_tflops`) are headline figures too.
+const HEADLINE_SUFFIX: &str = "_tflops";
+/// At most this many figures per brief, and this many characters of a message.
+const MAX_FIGURES: usize = 16;
+const MAX_MESSAGE_CHARS: usize = 500;
+
+/// One stage in a brief.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageBrief {
+    pub name: String,
+    pub verdict: Verdict,
+}
+
+/// A headline figure: which stage measured it, and what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Figure {
+    pub stage: String,
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
+}
+
+/// A run in brief.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunBrief {
+    pub id: String,
+    pub suite: String,
+    pub state: RunState,
+    pub verdict: Option<Verdict>,
+    pub trigger: Trigger,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub duration_s: Option<f64>,
+    pub message: Option<String>,
+    #[serde(default)]
+    pub stages: Vec<StageBrief>,
+    #[serde(default)]
+    pub figures: Vec<Figure>,
+    /// Run-level findings (a record that could not be saved, say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+}
+
+/// The parts of a stage a brief is made from.
+pub(super) struct StageParts<'a> {
+    pub name: &'a str,
+    pub verdict: Verdict,
+    pub metrics: &'a [Metric],
+}
+
+/// The parts of a record a brief is made from, whether read from a whole record or
+/// from the head of a file.
+pub(super) struct BriefParts<'a> {
+    pub id: &'a str,
+    pub suite: &'a str,
+    pub state: RunState,
+    pub trigger: Trigger,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub summary: &'a Summary,
+}
+
+impl RunBrief {
+    pub(super) fn from_parts<'a>(
+        parts: BriefParts<'a>,
+        stages: impl Iterator<Item = StageParts<'a>>,
+    ) -> RunBrief {
+        let mut brief = RunBrief {
+            id: parts.id.to_string(),
+            suite: parts.suite.to_string(),
+            state: parts.state,
+            verdict: parts.summary.verdict,
+            trigger: parts.trigger,
+            started_at: parts.started_at,
+            finished_at: parts.finished_at,
+            duration_s: parts.summary.duration_s,
+            message: parts.summary.message.as_deref().map(shorten),
+            stages: Vec::new(),
+            figures: Vec::new(),
+            findings: parts.summary.findings.iter().map(|f| shorten(f)).collect(),
+        };
+        for stage in stages {
+            brief.stages.push(StageBrief {
+                name: stage.name.to_string(),
+                verdict: stage.verdict,
+            });
+            for metric in stage.metrics.iter().filter(|m| is_headline(&m.name)) {
+                if brief.figures.len() < MAX_FIGURES {
+                    brief.figures.push(Figure {
+                        stage: stage.name.to_string(),
+                        name: metric.name.clone(),
+                        value: metric.value,
+                        unit: metric.unit.clone(),
+                    });
+                }
+            }
+        }
+        brief
+    }
+}
+
+impl From<&RunRecord> for RunBrief {
+    fn from(r: &RunRecord) -> Self {
+        RunBrief::from_parts(
+            BriefParts {
+                id: &r.id,
+                suite: &r.suite,
+                state: r.state,
+                trigger: r.trigger,
+                started_at: r.started_at,
+                finished_at: r.finished_at,
+                summary: &r.summary,
+            },
+            r.stages.iter().map(|s| StageParts {
+                name: &s.name,
+                verdict: s.verdict,
+                metrics: &s.metrics,
+            }),
+        )
+    }
+}
+
+fn is_headline(metric: &str) -> bool {
+    HEADLINE_METRICS.contains(&metric) || metric.ends_with(HEADLINE_SUFFIX)
+}
+
+fn shorten(text: &str) -> String {
+    match text.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::StageResult;
+
+    #[test]
+    fn a_brief_keeps_headline_figures_and_bounds_its_text() {
+        let mut r = RunRecord::new(
+            "r".into(),
+            "acceptance".into(),
+            Trigger::Cli,
+            Default::default(),
+        );
+        r.stages.push(StageResult {
+            name: "cpu-gemm".into(),
+            verdict: Verdict::Pass,
+            started_at: r.started_at,
+            finished_at: r.started_at,
+            metrics: vec![
+                Metric::new("gflops_sustained", 812.0, "GFLOP/s"),
+                Metric::new("threads", 32.0, "count"),
+            ],
+            checks: vec![],
+            findings: vec![],
+            message: None,
+        });
+        r.finish(RunState::Passed, Some("x".repeat(10_000)));
+        let brief = RunBrief::from(&r);
+        assert_eq!(
+            brief.stages,
+            [StageBrief {
+                name: "cpu-gemm".into(),
+                verdict: Verdict::Pass
+            }]
+        );
+        assert_eq!(brief.figures.len(), 1);
+        assert_eq!(brief.figures[0].name, "gflops_sustained");
+        assert!(brief.message.unwrap().chars().count() <= MAX_MESSAGE_CHARS + 1);
+    }
+}
