@@ -299,3 +299,28 @@ fn a_run_started_over_dbus_shows_over_http_and_in_the_cli() {
     assert_eq!(code, "401", "{body}");
     assert!(body.contains("\"error\""), "{body}");
 }
+
+#[test]
+fn refused_clients_are_logged_once_per_interval() {
+    use std::io::Write;
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("http_max_connections_per_peer = 4\nhttp_idle_timeout_s = 30");
+    let mut agent = Agent::start(&bus, &dirs);
+    let held: Vec<_> = (0..4)
+        .map(|_| std::net::TcpStream::connect(agent.http).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..50 {
+        let (status, body) = common::http_get(agent.http, "/api/v1/status").unwrap();
+        assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    }
+    let (status, _) = common::http_get(agent.http, "/healthz").unwrap();
+    assert_eq!(status, 200, "/healthz answers over the cap");
+    let mut raw = std::net::TcpStream::connect(agent.http).unwrap();
+    let _ = raw.write_all(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n");
+    drop(held);
+    let log = agent.stop();
+    let lines = log.matches("HTTP clients refused").count();
+    assert_eq!(lines, 1, "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+}

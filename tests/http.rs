@@ -1049,10 +1049,15 @@ async fn connections_over_the_cap_are_refused_then_served_again() {
     let idle_a = TcpStream::connect(server.addr).await.unwrap();
     let idle_b = TcpStream::connect(server.addr).await.unwrap();
     sleep(Duration::from_millis(200)).await;
-    let refused = exchange(server.addr, &request("GET", "/healthz", &[], None))
+    let refused = exchange(server.addr, &request("GET", "/api/v1/status", &[], None))
         .await
         .unwrap();
     refused.assert_error(503, "too_many_connections");
+    // Over the cap, a health check still learns the agent is alive.
+    let health = exchange(server.addr, &request("GET", "/healthz", &[], None))
+        .await
+        .unwrap();
+    assert_eq!(health.status, 200, "{}", health.text());
     drop((idle_a, idle_b));
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -13,6 +13,10 @@ pub const DEFAULT_TOKEN_FILE: &str = "/etc/tinyperf/token";
 pub const DEFAULT_DATASET: &str = "/raid/datasets/imagenet";
 pub use crate::record::store::DEFAULT_RETENTION;
 pub const DEFAULT_CANCEL_GRACE_S: f64 = 10.0;
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
+pub const DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER: usize = 64;
+pub const DEFAULT_HTTP_IDLE_TIMEOUT_S: f64 = 10.0;
+pub const DEFAULT_HTTP_SEND_TIMEOUT_S: f64 = 10.0;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -38,6 +42,10 @@ struct ConfigFile {
     sku: Option<String>,
     retention: Option<usize>,
     cancel_grace_s: Option<f64>,
+    http_max_connections: Option<usize>,
+    http_max_connections_per_peer: Option<usize>,
+    http_idle_timeout_s: Option<f64>,
+    http_send_timeout_s: Option<f64>,
 }
 
 /// The configuration the agent runs with.
@@ -57,6 +65,13 @@ pub struct Config {
     pub retention: usize,
     /// How long a cancelled worker has between SIGTERM and SIGKILL.
     pub cancel_grace: Duration,
+    /// HTTP connections served at once, in all and from one client address.
+    pub http_max_connections: usize,
+    pub http_max_connections_per_peer: usize,
+    /// How long an HTTP connection may wait between requests.
+    pub http_idle_timeout: Duration,
+    /// How long an HTTP client may leave what it was sent untaken.
+    pub http_send_timeout: Duration,
 }
 
 impl Default for Config {
@@ -73,6 +88,10 @@ impl Default for Config {
             sku: None,
             retention: DEFAULT_RETENTION,
             cancel_grace: Duration::from_secs_f64(DEFAULT_CANCEL_GRACE_S),
+            http_max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
+            http_max_connections_per_peer: DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER,
+            http_idle_timeout: Duration::from_secs_f64(DEFAULT_HTTP_IDLE_TIMEOUT_S),
+            http_send_timeout: Duration::from_secs_f64(DEFAULT_HTTP_SEND_TIMEOUT_S),
         }
     }
 }
@@ -171,7 +190,43 @@ impl Config {
             }
             config.cancel_grace = Duration::from_secs_f64(s);
         }
+        if let Some(n) = file.http_max_connections {
+            config.http_max_connections =
+                count(n, "http_max_connections", 1, 65_536).map_err(invalid)?;
+        }
+        if let Some(n) = file.http_max_connections_per_peer {
+            config.http_max_connections_per_peer =
+                count(n, "http_max_connections_per_peer", 1, 65_536).map_err(invalid)?;
+        }
+        if let Some(s) = file.http_idle_timeout_s {
+            config.http_idle_timeout =
+                seconds(s, "http_idle_timeout_s", 3600.0).map_err(invalid)?;
+        }
+        if let Some(s) = file.http_send_timeout_s {
+            config.http_send_timeout =
+                seconds(s, "http_send_timeout_s", 3600.0).map_err(invalid)?;
+        }
         Ok(config)
+    }
+}
+
+/// A count between `min` and `max`, or an error naming the key.
+fn count(n: usize, key: &str, min: usize, max: usize) -> Result<usize, String> {
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("{key} = {n} must be between {min} and {max}"))
+    }
+}
+
+/// A positive, finite number of seconds up to `max`, or an error naming the key.
+fn seconds(s: f64, key: &str, max: f64) -> Result<Duration, String> {
+    if s.is_finite() && s > 0.0 && s <= max {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        Err(format!(
+            "{key} = {s} must be more than 0 and at most {max} seconds"
+        ))
     }
 }
 
@@ -200,6 +255,10 @@ mod tests {
             boot_options = { gemm_size = 256, gemm_seconds = 0.5 }
             retention = 5
             cancel_grace_s = 2.5
+            http_max_connections = 100
+            http_max_connections_per_peer = 8
+            http_idle_timeout_s = 4.5
+            http_send_timeout_s = 3
             "#,
         )
         .unwrap();
@@ -212,6 +271,10 @@ mod tests {
         assert_eq!(c.boot_options["gemm_seconds"], 0.5);
         assert_eq!(c.retention, 5);
         assert_eq!(c.cancel_grace, Duration::from_millis(2500));
+        assert_eq!(c.http_max_connections, 100);
+        assert_eq!(c.http_max_connections_per_peer, 8);
+        assert_eq!(c.http_idle_timeout, Duration::from_millis(4500));
+        assert_eq!(c.http_send_timeout, Duration::from_secs(3));
     }
 
     #[test]
@@ -234,6 +297,9 @@ mod tests {
             ("state_dir = \"relative\"", "absolute"),
             ("cancel_grace_s = -1.0", "cancel_grace_s"),
             ("sku = \"tinybox-blue\"", "not a known SKU"),
+            ("http_max_connections = 0", "http_max_connections"),
+            ("http_idle_timeout_s = 0", "http_idle_timeout_s"),
+            ("http_send_timeout_s = -1.0", "http_send_timeout_s"),
             ("listen = ", "invalid"),
         ] {
             let err = parse(text).unwrap_err().to_string();

@@ -39,7 +39,19 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let http_addr = listener.local_addr()?;
     let token = read_token(&config.token_file);
-    tokio::spawn(super::http::serve(handle.clone(), listener, token));
+    let limits = super::http::Limits {
+        max_connections: config.http_max_connections,
+        max_connections_per_peer: config.http_max_connections_per_peer,
+        idle_timeout: config.http_idle_timeout,
+        send_timeout: config.http_send_timeout,
+        ..super::http::Limits::default()
+    };
+    tokio::spawn(super::http::serve_with(
+        handle.clone(),
+        listener,
+        token,
+        limits,
+    ));
 
     info!(http = %http_addr, bus = %bus, state_dir = %config.state_dir.display(), "agent ready");
     // Scripts and tests read this line to learn the bound address.

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tokio::sync::Semaphore;
 
+use super::admission::{Admission, Refusal};
 use super::auth::authorize;
 use super::body::{parse_json, read_json_bytes, read_limited};
 use super::response::{self, ApiError, Body};
@@ -35,6 +36,7 @@ pub struct App {
     pub token: Option<String>,
     pub limits: Limits,
     pub event_streams: Arc<Semaphore>,
+    pub admission: Arc<Admission>,
 }
 
 /// `POST /api/v1/runs`.
@@ -57,7 +59,9 @@ impl App {
         let mut response = match self.route(request).await {
             Ok(response) => response,
             Err(error) => {
-                if error.status.is_server_error() {
+                // Refusals for load are counted and summed up by the admission log.
+                if error.status.is_server_error() && error.status != StatusCode::SERVICE_UNAVAILABLE
+                {
                     tracing::error!(status = %error.status, message = %error.message, "HTTP request failed");
                 } else {
                     tracing::debug!(status = %error.status, message = %error.message, "HTTP request refused");
@@ -161,6 +165,7 @@ impl App {
             .clone()
             .try_acquire_owned()
             .map_err(|_| {
+                self.admission.log().refused(Refusal::EventStreams);
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "too_many_streams",
@@ -174,6 +179,7 @@ impl App {
         Ok(sse::response(
             self.handle.clone(),
             self.limits.keep_alive,
+            self.limits.max_event_stream_age,
             permit,
         ))
     }

@@ -3,11 +3,15 @@
 //!
 //! Reads are open; writes need `Authorization: Bearer <token>`. Every error is JSON
 //! `{"error": {"code", "message"}}`. The server protects the agent from its clients:
-//! headers, bodies and time are bounded, idle connections are closed, and connections
-//! and event streams are capped, so a flood costs a refused connection, not the agent.
+//! headers, bodies and time are bounded; a connection idle between requests, or whose
+//! client stops taking what it is sent, is closed; connections are capped in all and
+//! per client address, and event streams in number and age; so a flood costs a refused
+//! connection, not the agent, and `/healthz` answers even a refused client.
 
+mod admission;
 mod auth;
 mod body;
+mod conn;
 mod endpoints;
 mod metrics;
 mod page;
@@ -38,6 +42,8 @@ use response::ApiError;
 pub struct Limits {
     /// Connections served at once; further ones get a 503 and are closed.
     pub max_connections: usize,
+    /// Connections served at once from one client address.
+    pub max_connections_per_peer: usize,
     /// Open `GET /api/v1/events` streams at once; further ones get a 503.
     pub max_event_streams: usize,
     /// Request line plus headers, in bytes; more gets 431.
@@ -51,6 +57,15 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Time to read the body and answer; more gets 408.
     pub request_timeout: Duration,
+    /// How long a connection may sit with no request after its last answer (or after
+    /// connecting) before it is closed.
+    pub idle_timeout: Duration,
+    /// How long a client may leave what it was sent untaken (a full socket, unsent
+    /// bytes that never drain) before its connection is closed.
+    pub send_timeout: Duration,
+    /// How long one event stream lasts; the client reconnects (the page does by
+    /// itself) and gets a fresh status, so a reader that stopped cannot keep a slot.
+    pub max_event_stream_age: Duration,
     /// Period of the comment lines that keep an event stream alive.
     pub keep_alive: Duration,
 }
@@ -59,12 +74,16 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 256,
+            max_connections_per_peer: 64,
             max_event_streams: 64,
             max_header_bytes: 16 * 1024,
             max_headers: 64,
             max_body_bytes: 64 * 1024,
             header_read_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(10),
+            max_event_stream_age: Duration::from_secs(600),
             keep_alive: Duration::from_secs(15),
         }
     }
@@ -77,15 +96,33 @@ const MIN_READ_BUFFER: usize = 8192;
 /// Refusals of over-limit connections in flight at once; beyond it they are dropped.
 const MAX_PENDING_REFUSALS: usize = 64;
 const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a refused client has to send its request line, so `/healthz` can still
+/// be answered.
+const REFUSAL_READ_TIMEOUT: Duration = Duration::from_millis(500);
 const REFUSAL_BODY: &str = "{\"error\":{\"code\":\"too_many_connections\",\
 \"message\":\"the agent is serving too many clients; try again shortly\"}}\n";
+const REFUSAL_PEER_BODY: &str = "{\"error\":{\"code\":\"too_many_connections\",\
+\"message\":\"this address has too many connections open; close some and try again\"}}\n";
+const HEALTHY_BODY: &str = "{\"status\":\"ok\"}\n";
+/// How often each connection's guard looks at its activity, at most.
+const MAX_CHECK_PERIOD: Duration = Duration::from_secs(1);
 
-/// The whole answer to a connection over the cap.
-fn refusal() -> Vec<u8> {
+/// The whole answer to a connection refused for `why`: `/healthz` still answers.
+fn refusal(why: admission::Refusal, request_line: &[u8]) -> Vec<u8> {
+    let health = request_line.starts_with(b"GET /healthz ")
+        || request_line.starts_with(b"GET /healthz?")
+        || request_line.starts_with(b"HEAD /healthz ");
+    let (status, body) = if health {
+        ("200 OK", HEALTHY_BODY)
+    } else if why == admission::Refusal::PeerConnections {
+        ("503 Service Unavailable", REFUSAL_PEER_BODY)
+    } else {
+        ("503 Service Unavailable", REFUSAL_BODY)
+    };
     format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         retry-after: 5\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{REFUSAL_BODY}",
-        REFUSAL_BODY.len()
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncache-control: no-store\r\n\
+         retry-after: 5\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
     )
     .into_bytes()
 }
@@ -106,7 +143,10 @@ pub async fn serve_with(
     if token.is_none() {
         info!("no HTTP write token: POST endpoints answer 403");
     }
-    let connections = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let admission = Arc::new(admission::Admission::new(
+        limits.max_connections,
+        limits.max_connections_per_peer,
+    ));
     let refusals = Arc::new(Semaphore::new(MAX_PENDING_REFUSALS));
     // hyper's own bound is a backstop well above ours: within it, the request reaches
     // the service and an oversized head gets a JSON 431 like every other error.
@@ -118,10 +158,17 @@ pub async fn serve_with(
         .max_header_size(hard_header_bytes)
         .max_buf_size((hard_header_bytes.max(limits.max_body_bytes) + 1024).max(MIN_READ_BUFFER))
         .keep_alive(true);
+    let bounds = conn::Bounds {
+        idle: limits.idle_timeout,
+        send: limits.send_timeout,
+    };
+    let check_period = (limits.idle_timeout.min(limits.send_timeout) / 4)
+        .clamp(Duration::from_millis(20), MAX_CHECK_PERIOD);
     let app = Arc::new(App {
         handle,
         token,
         event_streams: Arc::new(Semaphore::new(limits.max_event_streams.max(1))),
+        admission: admission.clone(),
         limits,
     });
 
@@ -135,29 +182,52 @@ pub async fn serve_with(
                 continue;
             }
         };
-        let Ok(permit) = connections.clone().try_acquire_owned() else {
-            debug!(%peer, "too many HTTP connections; refusing one");
-            if let Ok(refusal) = refusals.clone().try_acquire_owned() {
-                tokio::spawn(async move {
-                    let _refusal = refusal;
-                    refuse(stream).await;
-                });
+        let admitted = match admission.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(why) => {
+                debug!(%peer, ?why, "refusing an HTTP connection");
+                if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        let _refusal = refusal;
+                        refuse(stream, why).await;
+                    });
+                }
+                continue;
             }
-            continue;
         };
         let _ = stream.set_nodelay(true);
+        let (stream, activity) = conn::Watched::new(stream);
         let app = app.clone();
+        let service_activity = activity.clone();
         let connection = builder.serve_connection(
             TokioIo::new(stream),
             service_fn(move |request| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(answer(app, request).await) }
+                let activity = service_activity.clone();
+                async move { Ok::<_, Infallible>(answer(app, &activity, request).await) }
             }),
         );
         tokio::spawn(async move {
-            let _permit = permit;
-            if let Err(e) = connection.await {
-                debug!(%peer, error = %e, "HTTP connection ended with an error");
+            let _admitted = admitted;
+            tokio::pin!(connection);
+            let mut check = tokio::time::interval(check_period);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    result = &mut connection => {
+                        if let Err(e) = result {
+                            debug!(%peer, error = %e, "HTTP connection ended with an error");
+                        }
+                        break;
+                    }
+                    _ = check.tick() => {
+                        if let Some(stalled) = activity.check(bounds) {
+                            // Dropping the connection closes the socket.
+                            debug!(%peer, reason = stalled.as_str(), "closing a stalled HTTP connection");
+                            break;
+                        }
+                    }
+                }
             }
         });
     }
@@ -167,8 +237,10 @@ pub async fn serve_with(
 /// an answer that leaves unread input behind.
 async fn answer(
     app: Arc<App>,
+    activity: &Arc<conn::Activity>,
     request: hyper::Request<hyper::body::Incoming>,
 ) -> hyper::Response<response::Body> {
+    let _in_flight = activity.begin_request();
     let timeout = app.limits.request_timeout;
     let mut response = match tokio::time::timeout(timeout, app.respond(request)).await {
         Ok(response) => response,
@@ -182,9 +254,16 @@ async fn answer(
         )
         .into_response(),
     };
+    if response.headers().get(hyper::header::CONTENT_TYPE)
+        == Some(&HeaderValue::from_static(response::EVENT_STREAM))
+    {
+        activity.set_streaming();
+    }
     if matches!(
         response.status(),
-        StatusCode::REQUEST_TIMEOUT | StatusCode::PAYLOAD_TOO_LARGE
+        StatusCode::REQUEST_TIMEOUT
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::SERVICE_UNAVAILABLE
     ) {
         response
             .headers_mut()
@@ -193,10 +272,22 @@ async fn answer(
     response
 }
 
-/// Tells a client over the connection cap to come back later, then closes.
-async fn refuse(mut stream: TcpStream) {
+/// Tells a refused client to come back later (or that the agent is healthy, when
+/// that is all it asked), then closes.
+async fn refuse(mut stream: TcpStream, why: admission::Refusal) {
     let _ = tokio::time::timeout(REFUSAL_TIMEOUT, async {
-        stream.write_all(&refusal()).await?;
+        let mut head = [0u8; 64];
+        let mut read = 0;
+        let _ = tokio::time::timeout(REFUSAL_READ_TIMEOUT, async {
+            while read < head.len() && !head[..read].contains(&b'\n') {
+                match stream.read(&mut head[read..]).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => read += n,
+                }
+            }
+        })
+        .await;
+        stream.write_all(&refusal(why, &head[..read])).await?;
         stream.shutdown().await?;
         // Read what the client sent so closing does not reset the connection before it
         // has read the answer.
@@ -212,8 +303,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusal_declares_its_length() {
-        let bytes = refusal();
+    fn refusal_declares_its_length_and_still_answers_healthz() {
+        let healthy = refusal(
+            admission::Refusal::AllConnections,
+            b"GET /healthz HTTP/1.1\r\n",
+        );
+        assert!(healthy.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        let bytes = refusal(admission::Refusal::AllConnections, b"GET / HTTP/1.1\r\n");
         let text = std::str::from_utf8(&bytes).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(head.contains(&format!("content-length: {}", body.len())));

@@ -4,6 +4,8 @@
 //! event per [`AgentEvent`] under its [`AgentEvent::name`], and a comment line every
 //! keep-alive period so proxies and clients can tell a quiet stream from a dead one.
 //! A reader that falls behind the broadcast gets a fresh `status` event and carries on.
+//! A stream ends after its maximum age (the client reconnects after `retry`), so a
+//! reader that stopped reading cannot hold its slot for longer than that.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -31,6 +33,8 @@ struct EventStream {
     events: broadcast::Receiver<AgentEvent>,
     keep_alive: Interval,
     opening: Option<Bytes>,
+    /// When the stream ends so that the client reconnects.
+    ends_at: Instant,
     /// Held for as long as the client listens.
     _permit: OwnedSemaphorePermit,
 }
@@ -40,6 +44,7 @@ struct EventStream {
 pub fn response(
     handle: AgentHandle,
     keep_alive: Duration,
+    max_age: Duration,
     permit: OwnedSemaphorePermit,
 ) -> Response<Body> {
     let events = handle.subscribe();
@@ -52,6 +57,7 @@ pub fn response(
         events,
         keep_alive,
         opening: Some(opening.into()),
+        ends_at: Instant::now() + max_age,
         _permit: permit,
     };
     let frames = stream::unfold(state, |mut state| async move {
@@ -60,12 +66,16 @@ pub fn response(
     });
     let mut response = with_body(
         StatusCode::OK,
-        "text/event-stream",
+        super::response::EVENT_STREAM,
         StreamBody::new(frames).boxed_unsync(),
     );
     response
         .headers_mut()
         .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    // The slot and the connection go together when the stream ends.
+    response
+        .headers_mut()
+        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
@@ -85,6 +95,7 @@ impl EventStream {
                 Err(RecvError::Closed) => None,
             },
             _ = self.keep_alive.tick() => Some(Bytes::from_static(b": keep-alive\n\n")),
+            _ = tokio::time::sleep_until(self.ends_at) => None,
         }
     }
 }

@@ -1,0 +1,225 @@
+//! Clients that try to lock others out, against the HTTP server on real loopback
+//! sockets (the agent core in this process, as in tests/http.rs): connections that
+//! never read, event streams that stop reading, refused streams, and one address
+//! taking every slot. `/healthz` keeps answering throughout.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinyperf::agent::config::Config;
+use tinyperf::agent::{start_core, AgentHandle, AgentOptions};
+use tinyperf::api::http::{serve_with, Limits};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::time::{sleep, timeout, Instant};
+
+const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n";
+
+struct Server {
+    addr: SocketAddr,
+    _handle: AgentHandle,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(limits: Limits) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let handle = start_core(&AgentOptions {
+        config: Config {
+            state_dir: dir.path().join("state"),
+            ..Config::default()
+        },
+        worker_exe: PathBuf::from(env!("CARGO_BIN_EXE_tinyperf")),
+        root,
+    })
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve_with(handle.clone(), listener, None, limits));
+    Server {
+        addr,
+        _handle: handle,
+        _dir: dir,
+    }
+}
+
+/// Connects from `from` (any 127.0.0.0/8 address is this machine's own).
+async fn connect_from(from: IpAddr, to: SocketAddr, receive_buffer: Option<u32>) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    if let Some(size) = receive_buffer {
+        socket.set_recv_buffer_size(size).unwrap();
+    }
+    socket.bind(SocketAddr::new(from, 0)).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+fn local(n: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, n])
+}
+
+/// `/healthz` from `from`: the status code and how long the whole answer took.
+async fn healthz(from: IpAddr, addr: SocketAddr) -> (u16, Duration) {
+    let started = Instant::now();
+    let mut stream = connect_from(from, addr, None).await;
+    stream.write_all(HEALTHZ).await.unwrap();
+    let mut reply = Vec::new();
+    timeout(Duration::from_secs(5), stream.read_to_end(&mut reply))
+        .await
+        .expect("/healthz answers")
+        .unwrap();
+    let status = std::str::from_utf8(&reply[9..12]).unwrap().parse().unwrap();
+    (status, started.elapsed())
+}
+
+/// True once the server has closed `stream` (end of file or reset), within `limit`.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
+    let mut sink = vec![0u8; 64 * 1024];
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match timeout(left, stream.read(&mut sink)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_clients_that_never_read_cannot_lock_out_healthz() {
+    let idle = Duration::from_secs(2);
+    let limits = Limits {
+        idle_timeout: idle,
+        send_timeout: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let server = start(limits.clone()).await;
+    let addr = server.addr;
+
+    // /healthz from an address of its own, every 20 ms, for the whole test.
+    let stop = Arc::new(AtomicBool::new(false));
+    let prober = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut slowest = Duration::ZERO;
+            let mut answers = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let (status, took) = healthz(local(200), addr).await;
+                assert_eq!(status, 200);
+                slowest = slowest.max(took);
+                answers += 1;
+                sleep(Duration::from_millis(20)).await;
+            }
+            (slowest, answers)
+        })
+    };
+
+    // 300 clients from ten addresses send a request each and never read the answer:
+    // more than the global cap, and one address over its own cap.
+    let started = Instant::now();
+    let mut abusers = Vec::new();
+    for i in 0..300u32 {
+        let from = if i < 80 {
+            local(1)
+        } else {
+            local(2 + (i % 9) as u8)
+        };
+        let mut stream = connect_from(from, addr, None).await;
+        stream
+            .write_all(b"GET /api/v1/status HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .unwrap();
+        abusers.push(stream);
+    }
+    // While every slot is taken, a new client still learns the agent is healthy.
+    let (status, took) = healthz(local(201), addr).await;
+    assert_eq!(status, 200);
+    assert!(took < Duration::from_millis(100), "/healthz took {took:?}");
+
+    // Every one of them is closed within the idle bound (and the guard's period).
+    let bound = idle + Duration::from_secs(1);
+    for (i, stream) in abusers.iter_mut().enumerate() {
+        let left =
+            (started + bound + Duration::from_secs(2)).saturating_duration_since(Instant::now());
+        assert!(
+            closed_within(stream, left).await,
+            "connection {i} still open {:?} after it was made",
+            started.elapsed()
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (slowest, answers) = prober.await.unwrap();
+    assert!(answers > 10, "only {answers} /healthz answers");
+    assert!(
+        slowest < Duration::from_millis(100),
+        "/healthz took {slowest:?} at worst"
+    );
+    assert_eq!(healthz(local(1), addr).await.0, 200, "slots are free again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_taking_a_response_is_cut_off() {
+    let send = Duration::from_secs(1);
+    let server = start(Limits {
+        send_timeout: send,
+        ..Limits::default()
+    })
+    .await;
+    // A tiny receive window and many pipelined requests for a large document: the
+    // answers pile up unsent.
+    let mut stream = connect_from(local(3), server.addr, Some(4096)).await;
+    let request = b"GET /api/v1/openapi.json HTTP/1.1\r\nhost: test\r\n\r\n".repeat(400);
+    stream.write_all(&request).await.unwrap();
+    sleep(send * 3 + Duration::from_secs(1)).await;
+    assert!(
+        closed_within(&mut stream, Duration::from_secs(5)).await,
+        "a client that does not read keeps its connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_nobody_reads_gives_its_slot_back() {
+    let server = start(Limits {
+        max_event_streams: 1,
+        send_timeout: Duration::from_secs(1),
+        max_event_stream_age: Duration::from_secs(2),
+        ..Limits::default()
+    })
+    .await;
+    let addr = server.addr;
+    let events = b"GET /api/v1/events HTTP/1.1\r\nhost: test\r\n\r\n";
+    let mut stalled = connect_from(local(4), addr, Some(4096)).await;
+    stalled.write_all(events).await.unwrap();
+    sleep(Duration::from_millis(300)).await;
+
+    // A refused stream is answered 503 and its connection closed, not kept alive.
+    let mut refused = connect_from(local(5), addr, None).await;
+    refused.write_all(events).await.unwrap();
+    let mut reply = Vec::new();
+    timeout(Duration::from_secs(5), refused.read_to_end(&mut reply))
+        .await
+        .expect("the refused stream's connection is closed")
+        .unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 503"), "{reply}");
+    assert!(reply.contains("too_many_streams"), "{reply}");
+
+    // The stalled reader's stream ends within its bounds and the slot is free again.
+    let freed = Instant::now() + Duration::from_secs(6);
+    loop {
+        let mut next = connect_from(local(6), addr, None).await;
+        next.write_all(events).await.unwrap();
+        let mut head = [0u8; 12];
+        next.read_exact(&mut head).await.unwrap();
+        if &head == b"HTTP/1.1 200" {
+            break;
+        }
+        assert!(Instant::now() < freed, "the stalled stream kept its slot");
+        sleep(Duration::from_millis(200)).await;
+    }
+    assert!(closed_within(&mut stalled, Duration::from_secs(3)).await);
+}
