@@ -290,7 +290,7 @@ mod tests {
             ),
             (
                 "boot_suite = \"inventory\"\nboot_options = { gemm_size = 256 }",
-                "takes no options",
+                "has no option",
             ),
             ("retention = 0", "at least 1"),
             ("retention = -3", "retention"),

@@ -7,6 +7,7 @@ pub mod handle;
 pub mod notify;
 pub mod state;
 pub mod supervisor;
+pub mod watchdog;
 pub mod worker;
 
 use std::path::{Path, PathBuf};

@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use super::events::AgentEvent;
 use super::handle::{blocking, read, write, AgentError, AgentState, Shared};
 use super::state::{Input, SupervisorState, TransitionError};
+use super::watchdog::Watchdog;
 use super::worker::{self, WorkerControl, WorkerMessage, WorkerSpec};
 use crate::record::store::Artifact;
 use crate::record::{RunRecord, RunState, Trigger};
@@ -52,8 +54,15 @@ pub(super) struct Supervisor {
     state: SupervisorState,
     record: Option<RunRecord>,
     worker: Option<WorkerControl>,
+    /// Deadlines and what was last heard from the worker in progress.
+    watch: Option<Watchdog>,
+    /// Why the watchdog stopped the worker, once it has.
+    overdue: Option<String>,
     commands: mpsc::Sender<Command>,
 }
+
+/// How often the watchdog looks at the worker.
+const WATCHDOG_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Supervisor {
     pub fn new(
@@ -67,12 +76,24 @@ impl Supervisor {
             state: SupervisorState::Idle,
             record: None,
             worker: None,
+            watch: None,
+            overdue: None,
             commands,
         }
     }
 
     pub async fn run(mut self, mut inbox: mpsc::Receiver<Command>) {
-        while let Some(command) = inbox.recv().await {
+        let mut check = tokio::time::interval(WATCHDOG_PERIOD);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let command = tokio::select! {
+                command = inbox.recv() => command,
+                _ = check.tick() => {
+                    self.check_watchdog();
+                    continue;
+                }
+            };
+            let Some(command) = command else { break };
             match command {
                 Command::Start {
                     suite,
@@ -93,6 +114,9 @@ impl Supervisor {
                     });
                 }
                 Command::Worker(WorkerMessage::Event { run_id, event }) => {
+                    if let Some(watch) = self.watch.as_mut() {
+                        watch.heard(&event, Instant::now());
+                    }
                     self.on_event(&run_id, event)
                 }
                 Command::Worker(WorkerMessage::Exited {
@@ -146,6 +170,8 @@ impl Supervisor {
             run_dir,
             grace: self.config.grace,
         };
+        self.watch = Some(Watchdog::new(record.options.clone(), Instant::now()));
+        self.overdue = None;
         self.set_current(record);
         match log.and_then(|log| {
             worker::spawn(&run_id, &spec, log, self.commands.clone())
@@ -257,15 +283,40 @@ impl Supervisor {
                 });
             }
             WorkerEvent::Hardware { .. } | WorkerEvent::RunFinished { .. } => save = true,
-            WorkerEvent::RunStarted { .. } => {}
+            WorkerEvent::RunStarted { .. } | WorkerEvent::Heartbeat => {}
         }
         if save {
             self.save_current();
         }
     }
 
+    /// Stops a worker past its stage's deadline or silent for too long: SIGTERM, then
+    /// SIGKILL after the grace period; the run then ends in error saying why.
+    fn check_watchdog(&mut self) {
+        if self.overdue.is_some() {
+            return;
+        }
+        let Some(why) = self.watch.as_ref().and_then(|w| w.overdue(Instant::now())) else {
+            return;
+        };
+        let Some(run_id) = self.state.current_run().map(str::to_string) else {
+            return;
+        };
+        error!(run = %run_id, reason = %why, "stopping a hung worker");
+        if let Ok(next) = self.state.next(&Input::Cancel {
+            run_id: run_id.clone(),
+        }) {
+            self.state = next;
+        }
+        if let Some(worker) = self.worker.as_mut() {
+            worker.cancel();
+        }
+        self.overdue = Some(why);
+    }
+
     fn on_exit(&mut self, run_id: &str, outcome: String, success: bool) {
         let cancelled = matches!(self.state, SupervisorState::Cancelling { .. });
+        let overdue = self.overdue.take();
         if let Err(e) = self.state.next(&Input::WorkerExited {
             run_id: run_id.to_string(),
         }) {
@@ -277,7 +328,21 @@ impl Supervisor {
             .as_ref()
             .map(|r| r.state.is_final())
             .unwrap_or(true);
-        if cancelled && !finished {
+        // A worker the watchdog stopped may still report its run, as cancelled: the
+        // run ended because it hung, which is an error.
+        let stopped_by_watchdog = !finished
+            || self
+                .record
+                .as_ref()
+                .is_some_and(|r| r.state == RunState::Cancelled);
+        if let Some(why) = overdue.filter(|_| stopped_by_watchdog) {
+            self.close_run(
+                RunState::Error,
+                Some(format!(
+                    "{why}; the worker was stopped and ended with {outcome}"
+                )),
+            );
+        } else if cancelled && !finished {
             self.close_run(
                 RunState::Cancelled,
                 Some(format!("cancelled; the worker ended with {outcome}")),
@@ -308,6 +373,7 @@ impl Supervisor {
     /// Finishes the current run in `state`, stores it, and goes idle.
     fn close_run(&mut self, state: RunState, message: Option<String>) {
         self.worker = None;
+        self.watch = None;
         self.state = SupervisorState::Idle;
         let Some(mut record) = self.record.take() else {
             return;

@@ -95,6 +95,8 @@ pub fn spawn(
                 _ = wait_cancel(&mut cancel_rx) => {
                     cancel_rx = None;
                     signal(pid, Signal::SIGTERM);
+                    // A stopped worker acts on SIGTERM only once it runs again.
+                    signal(pid, Signal::SIGCONT);
                     kill_at = Some(Instant::now() + grace);
                 }
                 _ = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {

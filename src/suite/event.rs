@@ -37,6 +37,9 @@ pub enum WorkerEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// Sent from a thread of its own every few seconds: the worker process is alive,
+    /// whatever its stage is doing.
+    Heartbeat,
 }
 
 impl WorkerEvent {
@@ -61,7 +64,8 @@ impl RunRecord {
         match event {
             WorkerEvent::RunStarted { .. }
             | WorkerEvent::StageStarted { .. }
-            | WorkerEvent::Progress { .. } => {}
+            | WorkerEvent::Progress { .. }
+            | WorkerEvent::Heartbeat => {}
             WorkerEvent::Hardware { hardware } => self.hardware = hardware.clone(),
             WorkerEvent::StageFinished { result } => self.stages.push(result.clone()),
             WorkerEvent::RunFinished { state, message } => self.finish(*state, message.clone()),

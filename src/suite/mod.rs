@@ -1,5 +1,6 @@
 //! Suites and stages: what a run does, the metrics it records, and its verdicts.
 
+pub mod deadline;
 pub mod event;
 pub mod options;
 

@@ -151,6 +151,17 @@ pub const ALLREDUCE_MIN_GBPS: OptionSpec = OptionSpec {
     help: "all-reduce bus bandwidth the box must reach, in GB/s",
 };
 
+/// Every suite takes it: the deadline of each of the run's stages, instead of the one
+/// the stage's expected length gives.
+pub const STAGE_TIMEOUT_S: OptionSpec = OptionSpec {
+    key: "stage_timeout_s",
+    min: 1.0,
+    max: 7.0 * 24.0 * 3600.0,
+    integer: false,
+    help:
+        "deadline of each stage in seconds; past it the worker is stopped and the run ends in error",
+};
+
 /// An option whose value is text: a path, or one of a few names.
 #[derive(Debug, Clone, Copy)]
 pub struct TextSpec {
@@ -246,20 +257,22 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
         if takes_recipe(suite) && is_recipe_key(key) {
             continue;
         }
-        let Some(spec) = specs.iter().find(|s| s.key == key) else {
+        let spec = if key == STAGE_TIMEOUT_S.key {
+            Some(&STAGE_TIMEOUT_S)
+        } else {
+            specs.iter().find(|s| s.key == key)
+        };
+        let Some(spec) = spec else {
             let mut known: Vec<_> = specs.iter().map(|s| s.key).collect();
+            known.push(STAGE_TIMEOUT_S.key);
             known.extend(texts.iter().map(|s| s.key));
             if takes_recipe(suite) {
                 known.extend(crate::engine::recipe::OPTION_KEYS.iter().map(|(k, _)| *k));
             }
-            return Err(if known.is_empty() {
-                format!("suite {suite} takes no options, got {key:?}")
-            } else {
-                format!(
-                    "suite {suite} has no option {key:?} (it takes: {})",
-                    known.join(", ")
-                )
-            });
+            return Err(format!(
+                "suite {suite} has no option {key:?} (it takes: {})",
+                known.join(", ")
+            ));
         };
         let Some(n) = value.as_f64() else {
             return Err(format!("option {key} must be a number, got {value}"));
@@ -375,7 +388,8 @@ mod tests {
     #[test]
     fn rejects_unknown_keys_wrong_types_and_ranges() {
         for (suite, opts, needle) in [
-            ("inventory", json!({"x": 1}), "takes no options"),
+            ("inventory", json!({"x": 1}), "(it takes: stage_timeout_s)"),
+            ("inventory", json!({"stage_timeout_s": 0}), "out of range"),
             ("smoke", json!({"model": "vgg"}), "not one of"),
             ("smoke", json!({"dataset": 3}), "must be text"),
             ("smoke", json!({"dataset": " "}), "must not be empty"),

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{Map, Value};
 
+use super::deadline::HEARTBEAT_INTERVAL;
 use super::event::WorkerEvent;
 use super::stage::StageContext;
 use super::{
@@ -315,11 +316,19 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         run_dir,
         telemetry_interval,
     };
-    let mut out = std::io::stdout().lock();
-    let mut sink_error: Option<std::io::Error> = None;
     let format = args.events;
+    // The supervisor reads silence as a hung worker; a thread of its own says the
+    // process is alive while a stage computes.
+    let mut heartbeat = (format == EventFormat::Jsonl).then(Heartbeat::start);
+    let mut sink_error: Option<std::io::Error> = None;
     let mut emit = |event: WorkerEvent| {
         record.apply(&event);
+        if matches!(event, WorkerEvent::RunFinished { .. }) {
+            // The run's last line is its end, never a heartbeat after it.
+            heartbeat.take();
+        }
+        // Locked per event, so heartbeats interleave between whole lines.
+        let mut out = std::io::stdout().lock();
         let written = match format {
             EventFormat::Jsonl => writeln!(out, "{}", event.to_line()).and_then(|_| out.flush()),
             EventFormat::Human => super::human::write_event(&mut out, &event),
@@ -340,6 +349,46 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         tracing::warn!(error = %e, "lost the event reader");
     }
     Ok(if state == RunState::Passed { 0 } else { 1 })
+}
+
+/// Writes a heartbeat line every [`HEARTBEAT_INTERVAL`] until dropped.
+struct Heartbeat {
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Heartbeat {
+    fn start() -> Heartbeat {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let line = WorkerEvent::Heartbeat.to_line();
+        let thread = std::thread::Builder::new()
+            .name("heartbeat".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(HEARTBEAT_INTERVAL)
+                {
+                    let mut out = std::io::stdout().lock();
+                    if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| tracing::warn!(error = %e, "cannot start the heartbeat thread"))
+            .ok();
+        Heartbeat {
+            stop: Some(stop),
+            thread,
+        }
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn saves_record(event: &WorkerEvent) -> bool {
