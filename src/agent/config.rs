@@ -17,6 +17,8 @@ pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
 pub const DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER: usize = 64;
 pub const DEFAULT_HTTP_IDLE_TIMEOUT_S: f64 = 10.0;
 pub const DEFAULT_HTTP_SEND_TIMEOUT_S: f64 = 10.0;
+pub const DEFAULT_MIN_FREE_SPACE_MB: u64 = 512;
+const MIB: u64 = 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -46,6 +48,8 @@ struct ConfigFile {
     http_max_connections_per_peer: Option<usize>,
     http_idle_timeout_s: Option<f64>,
     http_send_timeout_s: Option<f64>,
+    min_free_space_mb: Option<u64>,
+    dataset_cache_mb: Option<u64>,
 }
 
 /// The configuration the agent runs with.
@@ -72,6 +76,10 @@ pub struct Config {
     pub http_idle_timeout: Duration,
     /// How long an HTTP client may leave what it was sent untaken.
     pub http_send_timeout: Duration,
+    /// Free space the state directory must keep: a run is not started below it.
+    pub min_free_space_bytes: u64,
+    /// Size budget of the generated datasets in the cache folder.
+    pub dataset_cache_bytes: u64,
 }
 
 impl Default for Config {
@@ -92,6 +100,8 @@ impl Default for Config {
             http_max_connections_per_peer: DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER,
             http_idle_timeout: Duration::from_secs_f64(DEFAULT_HTTP_IDLE_TIMEOUT_S),
             http_send_timeout: Duration::from_secs_f64(DEFAULT_HTTP_SEND_TIMEOUT_S),
+            min_free_space_bytes: DEFAULT_MIN_FREE_SPACE_MB * MIB,
+            dataset_cache_bytes: crate::engine::data::synth_cache::DEFAULT_BUDGET_BYTES,
         }
     }
 }
@@ -206,6 +216,15 @@ impl Config {
             config.http_send_timeout =
                 seconds(s, "http_send_timeout_s", 3600.0).map_err(invalid)?;
         }
+        if let Some(mb) = file.min_free_space_mb {
+            config.min_free_space_bytes = mb.saturating_mul(MIB);
+        }
+        if let Some(mb) = file.dataset_cache_mb {
+            if mb == 0 {
+                return Err(invalid("dataset_cache_mb must be at least 1".into()));
+            }
+            config.dataset_cache_bytes = mb.saturating_mul(MIB);
+        }
         Ok(config)
     }
 }
@@ -259,6 +278,8 @@ mod tests {
             http_max_connections_per_peer = 8
             http_idle_timeout_s = 4.5
             http_send_timeout_s = 3
+            min_free_space_mb = 64
+            dataset_cache_mb = 100
             "#,
         )
         .unwrap();
@@ -275,6 +296,8 @@ mod tests {
         assert_eq!(c.http_max_connections_per_peer, 8);
         assert_eq!(c.http_idle_timeout, Duration::from_millis(4500));
         assert_eq!(c.http_send_timeout, Duration::from_secs(3));
+        assert_eq!(c.min_free_space_bytes, 64 << 20);
+        assert_eq!(c.dataset_cache_bytes, 100 << 20);
     }
 
     #[test]

@@ -106,6 +106,9 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         sku: config.sku.clone(),
         dataset: config.dataset.clone(),
         grace: config.cancel_grace,
+        state_dir: config.state_dir.clone(),
+        min_free_space: config.min_free_space_bytes,
+        dataset_cache: config.dataset_cache_bytes,
     };
     tokio::spawn(Supervisor::new(shared.clone(), supervisor_config, commands).run(inbox));
     Ok(AgentHandle { shared })

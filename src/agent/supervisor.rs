@@ -15,9 +15,12 @@ use super::handle::{blocking, read, write, AgentError, AgentState, Shared};
 use super::state::{Input, SupervisorState, TransitionError};
 use super::watchdog::Watchdog;
 use super::worker::{self, WorkerControl, WorkerMessage, WorkerSpec};
+use crate::engine::data::synth_cache;
+use crate::record::files;
 use crate::record::store::Artifact;
 use crate::record::{RunRecord, RunState, Trigger};
 use crate::suite::event::WorkerEvent;
+use crate::suite::options;
 
 /// Requests to the supervisor.
 pub enum Command {
@@ -46,6 +49,12 @@ pub struct SupervisorConfig {
     pub sku: Option<String>,
     pub dataset: PathBuf,
     pub grace: std::time::Duration,
+    /// The state directory, whose free space is checked before a run starts.
+    pub state_dir: PathBuf,
+    /// Free bytes the state directory keeps; a run is not started below it.
+    pub min_free_space: u64,
+    /// Size budget of the generated datasets in the cache folder.
+    pub dataset_cache: u64,
 }
 
 pub(super) struct Supervisor {
@@ -147,9 +156,12 @@ impl Supervisor {
             .map_err(transition_error)?;
         let mut record = RunRecord::new(run_id.clone(), suite.clone(), trigger, options);
         record.hardware = read(&self.shared.hardware).json.clone();
+        let needed = self.dataset_bytes_needed(&record)?;
         let store = self.shared.store.clone();
         let first = record.clone();
+        let (state_dir, reserve) = (self.config.state_dir.clone(), self.config.min_free_space);
         let (run_dir, log) = blocking(move || -> Result<_, AgentError> {
+            check_free_space(&state_dir, reserve, needed)?;
             let dir = store
                 .create(&first)
                 .map_err(|e| AgentError::Internal(format!("cannot record the run: {e}")))?;
@@ -192,6 +204,23 @@ impl Supervisor {
         Ok(run_id)
     }
 
+    /// Bytes a run's generated dataset will add to the cache (0 when cached, or when
+    /// the run names a dataset); refuses one the cache's budget cannot hold.
+    fn dataset_bytes_needed(&self, record: &RunRecord) -> Result<u64, AgentError> {
+        if record.suite != "smoke" || record.options.contains_key(options::DATASET.key) {
+            return Ok(0);
+        }
+        let spec = crate::suite::smoke::synth_spec_of(&record.options);
+        synth_cache::check_fits(&spec, self.config.dataset_cache)
+            .map_err(AgentError::InvalidArgs)?;
+        let cache = crate::suite::runner::default_cache_dir(Some(&self.config.state_dir), None);
+        Ok(if synth_cache::is_cached(&cache, &spec) {
+            0
+        } else {
+            synth_cache::estimated_bytes(&spec)
+        })
+    }
+
     fn worker_args(&self, record: &RunRecord, run_dir: &std::path::Path) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             "run".into(),
@@ -204,6 +233,8 @@ impl Supervisor {
             self.config.root.clone().into(),
             "--options-json".into(),
             Value::Object(record.options.clone()).to_string().into(),
+            "--dataset-cache-mb".into(),
+            (self.config.dataset_cache >> 20).max(1).to_string().into(),
         ];
         if let Some(sku) = &self.config.sku {
             args.push("--sku".into());
@@ -450,6 +481,41 @@ impl Supervisor {
         // No subscribers is fine: nobody is listening.
         let _ = self.shared.events.send(event);
     }
+}
+
+/// Refuses a run when the state directory has less than `reserve` bytes free beyond
+/// the `needed` ones, before anything of the run is written.
+fn check_free_space(
+    state_dir: &std::path::Path,
+    reserve: u64,
+    needed: u64,
+) -> Result<(), AgentError> {
+    let free = match files::free_bytes(state_dir) {
+        Ok(free) => free,
+        Err(e) => {
+            warn!(dir = %state_dir.display(), error = %e, "cannot tell the free space of the state directory");
+            return Ok(());
+        }
+    };
+    if free < reserve.saturating_add(needed) {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        let dataset = if needed > 0 {
+            format!(
+                " and about {:.0} MiB for the run's generated dataset",
+                mib(needed)
+            )
+        } else {
+            String::new()
+        };
+        return Err(AgentError::NoSpace(format!(
+            "not enough free space to start a run: {} has {:.1} MiB free, and the agent keeps \
+             {:.1} MiB in reserve (min_free_space_mb){dataset}; free some space or lower the reserve",
+            state_dir.display(),
+            mib(free),
+            mib(reserve)
+        )));
+    }
+    Ok(())
 }
 
 fn transition_error(e: TransitionError) -> AgentError {

@@ -218,6 +218,10 @@ pub struct RunArgs {
     /// Write the run's artifacts into this directory; the caller owns the record.
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// Size budget of the generated datasets in the cache folder, in MiB; the least
+    /// recently used go first, and one that cannot fit is refused.
+    #[arg(long, value_name = "MIB", default_value_t = crate::engine::data::synth_cache::DEFAULT_BUDGET_BYTES >> 20)]
+    pub dataset_cache_mb: u64,
     /// Suite options as KEY=VALUE, repeatable.
     #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
     pub options: Vec<String>,

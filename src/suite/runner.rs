@@ -155,6 +155,7 @@ pub fn execute(
             options: &run_options.options,
             run_dir: run_options.run_dir.clone(),
             cache_dir: run_options.cache_dir.clone(),
+            cache_budget: run_options.cache_budget,
             hardware: hardware.clone(),
             cancel,
             emit: &mut forward,
@@ -199,6 +200,8 @@ pub struct RunOptions {
     /// The run's folder, when it is recorded.
     pub run_dir: Option<PathBuf>,
     pub cache_dir: PathBuf,
+    /// The generated datasets' size budget in the cache folder.
+    pub cache_budget: u64,
     /// How often telemetry is sampled while a stage runs.
     pub telemetry_interval: Duration,
 }
@@ -212,6 +215,7 @@ impl RunOptions {
             options,
             run_dir: None,
             cache_dir: default_cache_dir(None, None),
+            cache_budget: crate::engine::data::synth_cache::DEFAULT_BUDGET_BYTES,
             telemetry_interval: crate::runtime::telemetry::DEFAULT_INTERVAL,
         }
     }
@@ -313,6 +317,7 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         sku: args.sku.clone(),
         options,
         cache_dir: default_cache_dir(args.state_dir.as_deref(), run_dir.as_deref()),
+        cache_budget: args.dataset_cache_mb.saturating_mul(1024 * 1024),
         run_dir,
         telemetry_interval,
     };

@@ -10,7 +10,7 @@ use super::options::{
 };
 use super::stage::{StageContext, StageReport};
 use super::training::{self, TrainJob};
-use crate::engine::data::{ensure_synth_dataset, SynthSpec};
+use crate::engine::data::{ensure_synth_dataset, synth_cache, SynthSpec};
 use crate::engine::recipe::Recipe;
 use crate::engine::train::ModelChoice;
 use crate::record::{StageResult, Verdict};
@@ -43,8 +43,13 @@ pub fn recipe() -> Recipe {
 
 /// The generated dataset the suite trains on unless told otherwise.
 pub fn synth_spec(ctx: &StageContext<'_>) -> SynthSpec {
+    synth_spec_of(ctx.options)
+}
+
+/// The generated dataset a run with `run_options` trains on, when it names no dataset.
+pub fn synth_spec_of(run_options: &serde_json::Map<String, serde_json::Value>) -> SynthSpec {
     let d = SynthSpec::default();
-    let n = |spec, default: usize| options::number(ctx.options, spec, default as f64) as usize;
+    let n = |spec, default: usize| options::number(run_options, spec, default as f64) as usize;
     SynthSpec {
         classes: n(SYNTH_CLASSES, DEFAULT_CLASSES),
         per_class: n(SYNTH_PER_CLASS, DEFAULT_PER_CLASS),
@@ -74,6 +79,18 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                     ctx.cache_dir.display()
                 )),
             );
+            if let Err(e) = synth_cache::check_fits(&spec, ctx.cache_budget) {
+                return StageReport::new(NAME).finish_as(Verdict::Error, Some(e));
+            }
+            for removed in synth_cache::prune(
+                &ctx.cache_dir,
+                ctx.cache_budget,
+                synth_cache::estimated_bytes(&spec),
+                &spec,
+            ) {
+                tracing::info!(folder = %removed.display(), "removed a generated dataset to stay within the cache budget");
+            }
+            synth_cache::touch(&ctx.cache_dir, &spec);
             match ensure_synth_dataset(&ctx.cache_dir, &spec) {
                 Ok(root) => root,
                 Err(e) => {

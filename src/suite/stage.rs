@@ -18,8 +18,10 @@ pub struct StageContext<'a> {
     /// Where the run's files go (`mllog.txt`, `system_desc.json`); `None` when the run
     /// is not recorded, and a stage that writes files picks a temporary folder.
     pub run_dir: Option<PathBuf>,
-    /// Where generated datasets are kept between runs.
+    /// Where generated datasets are kept between runs, and how many bytes they may
+    /// take there together.
     pub cache_dir: PathBuf,
+    pub cache_budget: u64,
     /// The inventory an earlier stage of this run took, as JSON.
     pub hardware: Option<Value>,
     pub cancel: &'a AtomicBool,

@@ -15,6 +15,7 @@ pub mod loader;
 pub mod rng;
 pub mod shuffle;
 pub mod synth;
+pub mod synth_cache;
 
 pub use augment::{CropRect, EvalTransform, TrainTransform, MEAN_RGB};
 pub use dataset::{Dataset, Sample, Split};
