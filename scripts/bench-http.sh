@@ -32,7 +32,8 @@ trap cleanup EXIT
   dbus-daemon --session --fork --nosyslog --print-address=1 --print-pid=1
 )
 
-printf 'bench-token-%s\n' "$$" >"$work/token"
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$work/token"
+chmod 600 "$work/token"
 cat >"$work/tinyperf.toml" <<EOF
 listen = "127.0.0.1:0"
 token_file = "$work/token"

@@ -324,3 +324,102 @@ fn refused_clients_are_logged_once_per_interval() {
     assert_eq!(lines, 1, "{log}");
     assert!(!log.contains("ERROR"), "{log}");
 }
+
+/// Starts an agent on `dirs` expecting it to refuse; returns its stderr.
+fn refused_start(bus: &Bus, dirs: &AgentDirs) -> String {
+    let out = Command::new(tinyperf_exe())
+        .args(["agent", "--config"])
+        .arg(dirs.config())
+        .args(["--bus", &bus.address])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "the agent started: {stdout}");
+    assert!(!stdout.contains("ready"), "{stdout}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn token_files_others_can_read_or_change_are_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("");
+    let token = dirs.dir.path().join("token");
+    for (mode, access) in [(0o644, "read"), (0o666, "read and write"), (0o620, "write")] {
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
+        let log = refused_start(&bus, &dirs);
+        assert!(
+            log.contains(&format!("others can {access} it")),
+            "{mode:o}: {log}"
+        );
+        assert!(
+            log.contains(&format!("chmod 600 {}", token.display())),
+            "{log}"
+        );
+    }
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&token, Some(65534), None).unwrap();
+    let log = refused_start(&bus, &dirs);
+    assert!(log.contains("owned by uid 65534"), "{log}");
+    assert!(
+        log.contains(&format!("chown root:root {}", token.display())),
+        "{log}"
+    );
+    std::os::unix::fs::chown(&token, Some(0), None).unwrap();
+
+    common::write_token(&token, b"x", 0o600);
+    let log = refused_start(&bus, &dirs);
+    assert!(
+        log.contains("holds 1 bytes of token, fewer than 32"),
+        "{log}"
+    );
+    assert!(log.contains("/dev/urandom"), "{log}");
+
+    common::write_token(&token, common::TOKEN.as_bytes(), 0o600);
+    let mut agent = Agent::start(&bus, &dirs);
+    agent.stop();
+}
+
+/// The group that may read records, made when this machine has none.
+fn reader_group() -> u32 {
+    if let Ok(Some(group)) = nix::unistd::Group::from_name("tinyperf") {
+        return group.gid.as_raw();
+    }
+    let _ = Command::new("groupadd")
+        .args(["--system", "tinyperf"])
+        .status();
+    nix::unistd::Group::from_name("tinyperf")
+        .unwrap()
+        .expect("group tinyperf exists after groupadd")
+        .gid
+        .as_raw()
+}
+
+#[test]
+fn state_files_are_readable_by_the_group_and_writable_by_nobody_else() {
+    use std::os::unix::fs::MetadataExt;
+    let gid = reader_group();
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("boot_suite = \"inventory\"");
+    let state = dirs.state_dir();
+    let agent = Agent::start(&bus, &dirs);
+    let id = wait_for(Duration::from_secs(30), "the boot run", || {
+        let id = only_run_id(&state).into_iter().next()?;
+        (read_record(&state, &id)?["state"] != "running").then_some(id)
+    });
+    drop(agent);
+    let run = state.join("runs").join(&id);
+    for dir in [state.clone(), state.join("runs"), run.clone()] {
+        let m = std::fs::metadata(&dir).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o2750, "{}", dir.display());
+        assert_eq!(m.gid(), gid, "{}", dir.display());
+    }
+    for file in std::fs::read_dir(&run).unwrap().flatten() {
+        let m = file.metadata().unwrap();
+        assert_eq!(m.mode() & 0o027, 0, "{:?} is {:o}", file.path(), m.mode());
+        assert_eq!(m.gid(), gid, "{:?}", file.path());
+    }
+    let record = std::fs::metadata(run.join("run.json")).unwrap();
+    assert_eq!(record.mode() & 0o777, 0o640);
+}

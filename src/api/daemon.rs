@@ -1,7 +1,6 @@
 //! The agent process: its core with the D-Bus and HTTP front ends attached, until
 //! SIGTERM or SIGINT.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,24 +10,16 @@ use crate::agent::{notify, start_core, AgentHandle, AgentOptions, AgentState};
 use crate::api::dbus::BusChoice;
 use crate::record::Trigger;
 
-/// Reads the write token; a missing or empty file disables writes over HTTP.
-fn read_token(path: &Path) -> Option<String> {
-    match std::fs::read_to_string(path) {
-        Ok(text) if !text.trim().is_empty() => Some(text.trim().to_string()),
-        Ok(_) => {
-            warn!(path = %path.display(), "token file is empty; HTTP writes are disabled");
-            None
-        }
-        Err(e) => {
-            warn!(path = %path.display(), error = %e, "no token file; HTTP writes are disabled");
-            None
-        }
-    }
-}
-
 /// Runs the agent until SIGTERM or SIGINT.
 pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
     let config = options.config.clone();
+    let token = super::token_file::read_token(&config.token_file)?;
+    if token.is_none() {
+        warn!(path = %config.token_file.display(), "no token file; HTTP writes are disabled");
+    }
+    // What the agent and its workers create is theirs and their group's to read,
+    // nobody else's, whatever umask the agent was started with.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o027));
     let handle = start_core(&options)?;
 
     let _dbus = crate::api::dbus::serve(handle.clone(), &bus)
@@ -38,7 +29,6 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let http_addr = listener.local_addr()?;
-    let token = read_token(&config.token_file);
     let limits = super::http::Limits {
         max_connections: config.http_max_connections,
         max_connections_per_peer: config.http_max_connections_per_peer,

@@ -4,3 +4,4 @@
 pub mod daemon;
 pub mod dbus;
 pub mod http;
+pub mod token_file;

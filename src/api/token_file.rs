@@ -1,0 +1,118 @@
+//! The HTTP write token, trusted only when it is kept as a secret should be: a file
+//! owned by root (or by the user the agent runs as), that no one else may read or
+//! write, holding at least 32 bytes. Anything else stops the agent with the fix.
+
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The shortest token accepted: 32 bytes, as 256 random bits would need.
+pub const MIN_TOKEN_BYTES: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error(
+        "the token file {path} is owned by uid {owner}, not by root: anyone who owns it can \
+         change the token (fix: chown root:root {path})"
+    )]
+    Owner { path: PathBuf, owner: u32 },
+    #[error(
+        "the token file {path} has mode {mode:04o}, so others can {access} it (fix: chmod 600 {path})"
+    )]
+    Mode {
+        path: PathBuf,
+        mode: u32,
+        access: &'static str,
+    },
+    #[error(
+        "the token file {path} holds {len} bytes of token, fewer than {MIN_TOKEN_BYTES} (fix: \
+         od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > {path}; chmod 600 {path})"
+    )]
+    TooShort { path: PathBuf, len: usize },
+    #[error("cannot read the token file {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+}
+
+/// The token in `path`, `Ok(None)` when there is no such file (HTTP writes are then
+/// disabled), or why the file cannot be trusted.
+pub fn read_token(path: &Path) -> Result<Option<String>, TokenFileError> {
+    let metadata = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(TokenFileError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    if metadata.uid() != 0 && metadata.uid() != me {
+        return Err(TokenFileError::Owner {
+            path: path.to_path_buf(),
+            owner: metadata.uid(),
+        });
+    }
+    let mode = metadata.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        let access = match (mode & 0o044 != 0, mode & 0o022 != 0) {
+            (true, true) => "read and write",
+            (false, true) => "write",
+            _ => "read",
+        };
+        return Err(TokenFileError::Mode {
+            path: path.to_path_buf(),
+            mode,
+            access,
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let token = text.trim();
+    if token.len() < MIN_TOKEN_BYTES {
+        return Err(TokenFileError::TooShort {
+            path: path.to_path_buf(),
+            len: token.len(),
+        });
+    }
+    Ok(Some(token.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token_file(dir: &Path, text: &str, mode: u32) -> PathBuf {
+        let path = dir.join("token");
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_private_long_token_is_read_and_others_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = "a".repeat(64);
+        let path = token_file(dir.path(), &format!("{good}\n"), 0o600);
+        assert_eq!(read_token(&path).unwrap(), Some(good.clone()));
+        let path = token_file(dir.path(), &good, 0o640);
+        assert!(read_token(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("chmod 600"));
+        let path = token_file(dir.path(), &good, 0o602);
+        assert!(read_token(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("others can write"));
+        let path = token_file(dir.path(), "x", 0o600);
+        let err = read_token(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("holds 1 bytes") && err.contains("/dev/urandom"),
+            "{err}"
+        );
+        assert_eq!(read_token(&dir.path().join("none")).unwrap(), None);
+    }
+}
