@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod echo;
 pub mod engine;
 pub mod inventory;
 pub mod record;

@@ -286,7 +286,7 @@ async fn bad_requests_get_named_errors() {
             OBJECT_PATH,
             Some("org.freedesktop.DBus.Properties"),
             "Set",
-            &(INTERFACE, "State", Variant::from("running")),
+            &(INTERFACE, "State", &Variant::from("running")),
         )
         .await
         .expect_err("State cannot be set");
@@ -506,4 +506,66 @@ fn a_second_agent_cannot_take_the_name() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "second agent must fail; log:\n{log}");
     assert!(log.contains("already owned"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_arguments_get_the_right_errors_with_bounded_echoes() {
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("");
+    let _agent = Agent::start(&bus, &dirs);
+    let (conn, proxy) = connect(&bus).await;
+    let huge = "z".repeat(1 << 20);
+    let bounded = |e: Agent1Error, name: &str| {
+        let text = format!("{e:?}");
+        assert!(text.contains(name), "{text}");
+        assert!(text.len() < 1024, "{} bytes echoed", text.len());
+    };
+    bounded(proxy.get_run(&huge).await.unwrap_err(), "InvalidArgs");
+    bounded(proxy.cancel(&huge).await.unwrap_err(), "InvalidArgs");
+    bounded(
+        proxy.start(&huge, &no_options()).await.unwrap_err(),
+        "InvalidArgs",
+    );
+    let mut options = no_options();
+    options.insert(huge.clone(), Variant::from(1u32));
+    bounded(
+        proxy.start("acceptance", &options).await.unwrap_err(),
+        "InvalidArgs",
+    );
+
+    let mut options = no_options();
+    options.insert("gemm_seconds".into(), Variant::from(f64::NAN));
+    let err = proxy.start("acceptance", &options).await.unwrap_err();
+    let text = format!("{err:?}");
+    assert!(
+        text.contains("InvalidArgs") && text.contains("is NaN"),
+        "{text}"
+    );
+    assert!(!text.contains("type d"), "{text}");
+
+    let properties = zbus::fdo::PropertiesProxy::builder(&conn)
+        .destination(BUS_NAME)
+        .path(OBJECT_PATH)
+        .cache_properties(CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    let iface = zbus::names::InterfaceName::try_from(INTERFACE).unwrap();
+    let err = properties
+        .set(iface.clone(), "State", &Variant::from("running"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, zbus::fdo::Error::PropertyReadOnly(ref m) if m.contains("State is read-only")),
+        "{err:?}"
+    );
+    let err = properties
+        .set(iface, "Colour", &Variant::from("blue"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, zbus::fdo::Error::UnknownProperty(ref m) if m.contains("\"Colour\"")),
+        "{err:?}"
+    );
+    assert_eq!(proxy.state().await.unwrap(), "idle");
 }

@@ -408,6 +408,13 @@ fn only_root_may_own_the_name() {
         Some(nix::unistd::Gid::from_raw(NOBODY)),
     )
     .unwrap();
+    // Its own token, kept private, as the agent requires of a token file.
+    nix::unistd::chown(
+        &dirs.dir.path().join("token"),
+        Some(nix::unistd::Uid::from_raw(NOBODY)),
+        None,
+    )
+    .unwrap();
     let config = dirs.config();
     let exe = common::tinyperf_exe();
     let out = run_as(

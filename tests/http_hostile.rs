@@ -223,3 +223,50 @@ async fn an_event_stream_nobody_reads_gives_its_slot_back() {
     }
     assert!(closed_within(&mut stalled, Duration::from_secs(3)).await);
 }
+
+/// Sends `raw` and reads the whole answer: status and JSON body.
+async fn exchange(addr: SocketAddr, raw: &[u8]) -> (u16, serde_json::Value) {
+    let mut stream = connect_from(local(7), addr, None).await;
+    stream.write_all(raw).await.unwrap();
+    let mut reply = Vec::new();
+    timeout(Duration::from_secs(5), stream.read_to_end(&mut reply))
+        .await
+        .expect("an answer")
+        .unwrap();
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a whole answer");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{head}"
+    );
+    let status = head[9..12].parse().unwrap();
+    (
+        status,
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hypers_own_refusals_carry_the_json_error_and_echoes_are_bounded() {
+    let server = start(Limits::default()).await;
+    let (status, body) = exchange(server.addr, b"GARBAGE\r\n\r\n").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "bad_request");
+
+    let mut huge = b"GET / HTTP/1.1\r\nhost: x\r\nx-big: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 100_000));
+    huge.extend_from_slice(b"\r\n\r\n");
+    let (status, body) = exchange(server.addr, &huge).await;
+    assert_eq!(status, 431, "{body}");
+    assert_eq!(body["error"]["code"], "headers_too_large");
+
+    let method = "X".repeat(5000);
+    let request =
+        format!("{method} /api/v1/status HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let (status, body) = exchange(server.addr, request.as_bytes()).await;
+    assert_eq!(status, 405, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.len() < 300, "{} bytes: {message}", message.len());
+    assert!(message.contains("5000 bytes"), "{message}");
+}

@@ -20,7 +20,7 @@ use crate::record::{RunBrief, RunRecord, Trigger};
 pub enum AgentError {
     #[error("a run is already in progress: {0}")]
     Busy(String),
-    #[error("no run with id {0:?}")]
+    #[error("no run with id {}", crate::echo::quoted(.0))]
     NotFound(String),
     #[error("invalid arguments: {0}")]
     InvalidArgs(String),
@@ -37,7 +37,9 @@ pub enum AgentError {
 impl From<ReadError> for AgentError {
     fn from(e: ReadError) -> Self {
         match e {
-            ReadError::InvalidId(id) => AgentError::InvalidArgs(format!("invalid run id {id:?}")),
+            ReadError::InvalidId(id) => {
+                AgentError::InvalidArgs(format!("invalid run id {}", crate::echo::quoted(&id)))
+            }
             ReadError::NotFound(id) => AgentError::NotFound(id),
             e @ ReadError::TooLarge { .. } => AgentError::TooLarge(e.to_string()),
             ReadError::Unreadable(reason) => AgentError::Internal(reason),
@@ -183,6 +185,7 @@ impl AgentHandle {
     /// Cancels the run `run_id`: `NotFound` when no such run exists, `InvalidArgs`
     /// when it is not the run in progress.
     pub async fn cancel(&self, run_id: &str) -> Result<(), AgentError> {
+        check_run_id(run_id)?;
         let (reply, answer) = oneshot::channel();
         self.send(Command::Cancel {
             run_id: run_id.to_string(),
@@ -202,6 +205,7 @@ impl AgentHandle {
     /// One run's full record: the run in progress and records not yet on disk from
     /// memory, others read from the store off the async threads.
     pub async fn get_run(&self, run_id: &str) -> Result<Arc<RunRecord>, AgentError> {
+        check_run_id(run_id)?;
         if let Some(current) = read(&self.shared.current)
             .as_ref()
             .filter(|r| r.id == run_id)
@@ -281,6 +285,16 @@ pub(super) async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| AgentError::Internal(format!("file work failed: {e}")))
+}
+
+/// Refuses a run id the store could not have made before it goes further, quoting
+/// it bounded.
+fn check_run_id(run_id: &str) -> Result<(), AgentError> {
+    if crate::record::store::is_valid_run_id(run_id) {
+        Ok(())
+    } else {
+        Err(ReadError::InvalidId(run_id.to_string()).into())
+    }
 }
 
 fn supervisor_gone() -> AgentError {

@@ -59,7 +59,7 @@ pub enum StoreError {
     CreateDir { path: PathBuf, source: io::Error },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
-    #[error("invalid run id {0:?}")]
+    #[error("invalid run id {}", crate::echo::quoted(.0))]
     InvalidId(String),
 }
 
@@ -81,9 +81,9 @@ impl StoreError {
 /// Why a run's record or file could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
-    #[error("invalid run id {0:?}")]
+    #[error("invalid run id {}", crate::echo::quoted(.0))]
     InvalidId(String),
-    #[error("no run with id {0:?}")]
+    #[error("no run with id {}", crate::echo::quoted(.0))]
     NotFound(String),
     #[error("{what} of run {id} is {size} bytes, over the limit of {limit} bytes")]
     TooLarge {

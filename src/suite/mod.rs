@@ -26,7 +26,8 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
     }
     if !is_known_suite(suite) {
         return Err(format!(
-            "unknown suite {suite:?} (available: {})",
+            "unknown suite {} (available: {})",
+            crate::echo::quoted(suite),
             SUITES.join(", ")
         ));
     }

@@ -2,6 +2,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::echo;
 use crate::engine::Precision;
 
 /// One option a suite accepts: a number within `min..=max`.
@@ -270,12 +271,16 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
                 known.extend(crate::engine::recipe::OPTION_KEYS.iter().map(|(k, _)| *k));
             }
             return Err(format!(
-                "suite {suite} has no option {key:?} (it takes: {})",
+                "suite {suite} has no option {} (it takes: {})",
+                echo::quoted(key),
                 known.join(", ")
             ));
         };
         let Some(n) = value.as_f64() else {
-            return Err(format!("option {key} must be a number, got {value}"));
+            return Err(format!(
+                "option {key} must be a number, got {}",
+                echo::value(value)
+            ));
         };
         if spec.integer && n.fract() != 0.0 {
             return Err(format!("option {key} must be a whole number, got {n}"));
@@ -292,7 +297,11 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
 
 fn check_text(spec: &TextSpec, value: &Value) -> Result<(), String> {
     let Some(text) = value.as_str() else {
-        return Err(format!("option {} must be text, got {value}", spec.key));
+        return Err(format!(
+            "option {} must be text, got {}",
+            spec.key,
+            echo::value(value)
+        ));
     };
     if text.trim().is_empty() {
         return Err(format!(
@@ -302,8 +311,9 @@ fn check_text(spec: &TextSpec, value: &Value) -> Result<(), String> {
     }
     if !spec.choices.is_empty() && !spec.choices.contains(&text) {
         return Err(format!(
-            "option {} = {text:?} is not one of {}",
+            "option {} = {} is not one of {}",
             spec.key,
+            echo::quoted(text),
             spec.choices.join(", ")
         ));
     }

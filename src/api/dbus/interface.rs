@@ -16,6 +16,18 @@ use crate::record::Trigger;
 /// reply stays near 100 KB, far below the bus's message limit.
 pub const MAX_LISTED_RUNS: usize = 100;
 
+/// Every property below, all read-only.
+pub const PROPERTIES: &[&str] = &[
+    "State",
+    "CurrentRun",
+    "CurrentStage",
+    "Progress",
+    "LastRun",
+    "Hardware",
+    "Sku",
+    "Version",
+];
+
 /// The agent as exported on the bus.
 pub struct AgentInterface {
     handle: AgentHandle,

@@ -9,6 +9,7 @@ mod error;
 mod interface;
 mod options;
 mod proxy;
+mod read_only;
 mod signals;
 
 use anyhow::Context;
@@ -23,6 +24,7 @@ pub use proxy::{
     Agent1Proxy, RunFinished, RunFinishedArgs, RunFinishedStream, RunStarted, RunStartedArgs,
     RunStartedStream, StageFinished, StageFinishedArgs, StageFinishedStream,
 };
+use read_only::ReadOnly;
 
 /// The agent's well-known bus name.
 pub const BUS_NAME: &str = "org.tinyperf.Agent1";
@@ -86,14 +88,17 @@ pub async fn serve(handle: AgentHandle, bus: &BusChoice) -> anyhow::Result<zbus:
     let events = handle.subscribe();
     let connection = bus
         .builder()
-        .serve_at(OBJECT_PATH, AgentInterface::new(handle))
+        .serve_at(
+            OBJECT_PATH,
+            ReadOnly::new(AgentInterface::new(handle), interface::PROPERTIES),
+        )
         .build()
         .await
         .with_context(|| format!("cannot connect to the {bus} bus"))?;
     take_name(&connection).await?;
     let iface = connection
         .object_server()
-        .interface::<_, AgentInterface>(OBJECT_PATH)
+        .interface::<_, ReadOnly<AgentInterface>>(OBJECT_PATH)
         .await
         .context("the agent object is not exported")?;
     tokio::spawn(signals::forward(iface, events));

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use serde_json::{Map, Number, Value};
 use zbus::{OwnedVariant, Variant};
 
+use crate::echo::quoted;
+
 /// Converts `Start`'s `a{sv}` options to JSON: any D-Bus integer or double becomes a
 /// number, strings and booleans stay as they are. Anything else (arrays, structs,
 /// object paths, file descriptors) is refused with a message naming the option.
@@ -13,15 +15,31 @@ pub fn options_from_dbus(
 ) -> Result<Map<String, Value>, String> {
     let mut map = Map::new();
     for (key, value) in options {
+        if let Some(n) = non_finite(&value) {
+            return Err(format!(
+                "option {} is {n}, which is not a number a suite can take; send a finite number",
+                quoted(&key)
+            ));
+        }
         let json = variant_to_json(&value).ok_or_else(|| {
             format!(
-                "option {key:?} has D-Bus type {}; options must be numbers, strings or booleans",
+                "option {} has D-Bus type {}; options must be numbers, strings or booleans",
+                quoted(&key),
                 value.value_signature()
             )
         })?;
         map.insert(key, json);
     }
     Ok(map)
+}
+
+/// A double that is NaN or infinite, however deeply wrapped in variants.
+fn non_finite(value: &Variant<'_>) -> Option<f64> {
+    match value {
+        Variant::F64(n) if !n.is_finite() => Some(*n),
+        Variant::Variant(inner) => non_finite(inner),
+        _ => None,
+    }
 }
 
 fn variant_to_json(value: &Variant<'_>) -> Option<Value> {
@@ -102,7 +120,12 @@ mod tests {
 
         let mut options = HashMap::new();
         options.insert("x".to_string(), owned(Variant::from(f64::NAN)));
-        assert!(options_from_dbus(options).is_err());
+        let err = options_from_dbus(options).unwrap_err();
+        assert!(
+            err.contains("is NaN") && err.contains("finite number"),
+            "{err}"
+        );
+        assert!(!err.contains("type d"), "{err}");
     }
 
     #[test]

@@ -5,10 +5,14 @@ use tracing::{debug, warn};
 use zbus::object_server::InterfaceRef;
 
 use super::interface::AgentInterface;
+use super::read_only::ReadOnly;
 use crate::agent::events::AgentEvent;
 
 /// Forwards every event until the agent's event channel closes.
-pub(super) async fn forward(iface: InterfaceRef<AgentInterface>, mut events: Receiver<AgentEvent>) {
+pub(super) async fn forward(
+    iface: InterfaceRef<ReadOnly<AgentInterface>>,
+    mut events: Receiver<AgentEvent>,
+) {
     loop {
         let result = match events.recv().await {
             Ok(event) => emit(&iface, &event).await,
@@ -30,7 +34,10 @@ pub(super) async fn forward(iface: InterfaceRef<AgentInterface>, mut events: Rec
     debug!("agent event channel closed; D-Bus signal forwarding stops");
 }
 
-async fn emit(iface: &InterfaceRef<AgentInterface>, event: &AgentEvent) -> zbus::Result<()> {
+async fn emit(
+    iface: &InterfaceRef<ReadOnly<AgentInterface>>,
+    event: &AgentEvent,
+) -> zbus::Result<()> {
     let emitter = iface.signal_emitter();
     match event {
         AgentEvent::StateChanged { .. } => {
@@ -96,11 +103,11 @@ impl Property {
 
 /// Emits `PropertiesChanged` for each property, with its value as of now.
 async fn announce(
-    iface: &InterfaceRef<AgentInterface>,
+    iface: &InterfaceRef<ReadOnly<AgentInterface>>,
     properties: &[Property],
 ) -> zbus::Result<()> {
     let emitter = iface.signal_emitter();
-    let object = iface.get().await;
+    let object = &iface.get().await.inner;
     for property in properties {
         match property {
             Property::State => object.state_changed(emitter).await?,

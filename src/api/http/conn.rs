@@ -151,10 +151,52 @@ fn unsent_bytes(fd: RawFd) -> Option<u64> {
     (rc == 0).then_some(queued.max(0) as u64)
 }
 
-/// A socket that reports its traffic to an [`Activity`].
+/// hyper answers a request it cannot parse (a malformed head: 400; a head over its
+/// bound: 431) itself, with an empty body and `connection: close`. Every answer the
+/// agent makes has a content type; such a bare answer is hyper's, and gets the JSON
+/// error body instead.
+fn json_for_hyper_error(written: &[u8]) -> Option<Vec<u8>> {
+    if !written.starts_with(b"HTTP/1.1 4") || !written.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let head = std::str::from_utf8(written).ok()?.to_ascii_lowercase();
+    if !head.contains("\r\ncontent-length: 0\r\n")
+        || !head.contains("\r\nconnection: close\r\n")
+        || head.contains("\r\ncontent-type:")
+    {
+        return None;
+    }
+    let status_line = std::str::from_utf8(written).ok()?.lines().next()?;
+    let status: u16 = status_line.get(9..12)?.parse().ok()?;
+    let (code, message) = match status {
+        431 => (
+            "headers_too_large",
+            "the request head is far over the agent's limit",
+        ),
+        414 => (
+            "uri_too_long",
+            "the request's path is over the agent's limit",
+        ),
+        _ => ("bad_request", "the request is not valid HTTP/1.1"),
+    };
+    let body = serde_json::json!({"error": {"code": code, "message": message}}).to_string() + "\n";
+    Some(
+        format!(
+            "{status_line}\r\ncontent-type: application/json\r\ncache-control: no-store\r\n\
+             connection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+    )
+}
+
+/// A socket that reports its traffic to an [`Activity`], and gives hyper's own error
+/// answers the JSON body every other answer has.
 pub struct Watched<S> {
     inner: S,
     activity: Arc<Activity>,
+    /// A replacement for an answer hyper wrote, and how much of it is sent.
+    replacing: Option<(Vec<u8>, usize)>,
 }
 
 impl<S: AsRawFd> Watched<S> {
@@ -164,6 +206,7 @@ impl<S: AsRawFd> Watched<S> {
             Watched {
                 inner,
                 activity: activity.clone(),
+                replacing: None,
             },
             activity,
         )
@@ -206,12 +249,47 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     }
 }
 
+impl<S: AsyncWrite + Unpin> Watched<S> {
+    /// Sends the replacement under way; `Ready(Ok(()))` once it is all out.
+    fn poll_replacement(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some((bytes, sent)) = self.replacing.as_mut() {
+            if *sent == bytes.len() {
+                self.replacing = None;
+                break;
+            }
+            let poll = Pin::new(&mut self.inner).poll_write(cx, &bytes[*sent..]);
+            let progressed = matches!(poll, Poll::Ready(Ok(n)) if n > 0);
+            self.on_write(&poll, progressed);
+            match poll {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    if let Some((_, sent)) = self.replacing.as_mut() {
+                        *sent += n;
+                    }
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.replacing.is_none() {
+            if let Some(json) = json_for_hyper_error(buf) {
+                self.replacing = Some((json, 0));
+            }
+        }
+        if self.replacing.is_some() {
+            // hyper retries with the same bytes until told they are written.
+            return self.poll_replacement(cx).map_ok(|()| buf.len());
+        }
         let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
         let progressed = matches!(poll, Poll::Ready(Ok(n)) if n > 0);
         self.on_write(&poll, progressed);
@@ -223,6 +301,16 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if self.replacing.is_none() && bufs.first().is_some_and(|b| b.starts_with(b"HTTP/1.1 4")) {
+            let whole: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            if let Some(json) = json_for_hyper_error(&whole) {
+                self.replacing = Some((json, 0));
+            }
+        }
+        if self.replacing.is_some() {
+            return self.poll_replacement(cx).map_ok(|()| total);
+        }
         let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         let progressed = matches!(poll, Poll::Ready(Ok(n)) if n > 0);
         self.on_write(&poll, progressed);
@@ -241,5 +329,26 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_hypers_bare_error_answers_are_replaced() {
+        let bare = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\
+                     content-length: 0\r\ndate: Tue, 01 Dec 2026 09:35:59 GMT\r\n\r\n";
+        let json = String::from_utf8(json_for_hyper_error(bare).unwrap()).unwrap();
+        let (head, body) = json.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 431 "));
+        assert!(head.contains(&format!("content-length: {}", body.len())));
+        let value: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(value["error"]["code"], "headers_too_large");
+        let ours = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
+                     connection: close\r\ncontent-length: 0\r\n\r\n";
+        assert!(json_for_hyper_error(ours).is_none());
+        assert!(json_for_hyper_error(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_none());
     }
 }

@@ -48,9 +48,6 @@ const GET: &[Method] = &[Method::GET, Method::HEAD];
 const POST: &[Method] = &[Method::POST];
 const GET_POST: &[Method] = &[Method::GET, Method::HEAD, Method::POST];
 
-/// Longest run id echoed back in an error message.
-const ECHO_LIMIT: usize = 80;
-
 impl Endpoint {
     /// Matches a raw request path.
     pub fn from_path(path: &str) -> Result<Endpoint, ApiError> {
@@ -113,7 +110,7 @@ impl Endpoint {
         Err(ApiError::new(
             StatusCode::METHOD_NOT_ALLOWED,
             "method_not_allowed",
-            format!("{method} is not allowed here; use {allow}"),
+            format!("{} is not allowed here; use {allow}", echo(method.as_str())),
         )
         .with_header("allow", allow))
     }
@@ -136,16 +133,7 @@ pub fn invalid_run_id(id: &str) -> ApiError {
     )
 }
 
-/// Client text quoted back in a message: shortened, and debug-quoted so control
-/// characters stay visible.
-fn echo(text: &str) -> String {
-    let short: String = text.chars().take(ECHO_LIMIT).collect();
-    if short.len() < text.len() {
-        format!("{short:?}…")
-    } else {
-        format!("{short:?}")
-    }
-}
+use crate::echo::quoted as echo;
 
 #[cfg(test)]
 mod tests {
