@@ -14,7 +14,7 @@ DEBUG_BIN := target/debug/tinyperf
 TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
 	libamdhip64-5 libhiprtc-builtins5
 
-.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-venv gpu-check install image image-test clean
+.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-agent bench-venv gpu-check install image image-test clean
 
 all: build
 
@@ -74,11 +74,17 @@ gpu-check: release
 	scripts/gpu-check.sh $(RELEASE_BIN) out/gpu-check
 
 BENCH_VENV ?= .venv-bench
-bench: release bench-venv
+bench: release bench-venv bench-agent
 	scripts/bench-gemm.sh $(RELEASE_BIN)
 	scripts/bench-http.sh $(RELEASE_BIN)
 	scripts/bench-loader.sh
 	PYTHON=$(BENCH_VENV)/bin/python scripts/bench-resnet.sh
+
+## The agent with 1,000 stored tinybox green runs beside the base build (a release worktree of
+## BASE, cf9fb8d by default): RSS, and /, /api/v1/runs, /metrics, /api/v1/status and ListRuns
+## latency under 50 clients, side by side.
+bench-agent: release
+	scripts/bench-agent.sh $(RELEASE_BIN)
 
 bench-venv:
 	@test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)

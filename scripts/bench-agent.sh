@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The agent with a long history, beside the build it replaced, in the same run: 1,000 stored
+# runs of a tinybox green's size (the inventory of tests/fixtures/tinybox-green, as the worker
+# records it), then for each build: latency of /, /api/v1/runs, /metrics and /api/v1/status
+# under 50 clients (wrk), D-Bus ListRuns(0) latency under 50 callers (busctl), and the agent's
+# RSS after 60 s of 50 clients on /. Both agents run on private D-Bus session buses, over
+# loopback. The figures are printed side by side, once per round.
+#
+# Usage: scripts/bench-agent.sh [path/to/new/tinyperf] [path/to/base/tinyperf]
+# Without a base binary, the base commit (BASE, default cf9fb8d) is checked out as a git
+# worktree under target/bench/ and built in release into target/bench/base-target.
+# Environment: RUNS (1000), CONNECTIONS (50), DURATION (10s), RSS_DURATION (60s), ROUNDS (2),
+# BASE (cf9fb8d).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+new_bin=${1:-target/release/tinyperf}
+base_bin=${2:-}
+runs=${RUNS:-1000}
+connections=${CONNECTIONS:-50}
+duration=${DURATION:-10s}
+rss_duration=${RSS_DURATION:-60s}
+rounds=${ROUNDS:-2}
+base_rev=${BASE:-cf9fb8d}
+
+for tool in wrk dbus-daemon busctl python3 git; do
+  if ! command -v "$tool" >/dev/null; then
+    case "$tool" in
+      wrk) pkg=wrk ;; dbus-daemon) pkg=dbus ;; busctl) pkg=systemd ;; *) pkg=$tool ;;
+    esac
+    if [ "$(id -u)" -eq 0 ]; then
+      echo "bench-agent: installing $pkg" >&2
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
+    else
+      echo "bench-agent: $tool is needed (apt-get install $pkg)" >&2
+      exit 1
+    fi
+  fi
+done
+[ -x "$new_bin" ] || { echo "bench-agent: no tinyperf binary at $new_bin" >&2; exit 1; }
+
+if [ -z "$base_bin" ]; then
+  base_src=target/bench/base-src
+  base_bin=target/bench/base-target/release/tinyperf
+  if [ ! -d "$base_src" ]; then
+    git worktree add --detach "$base_src" "$base_rev" >/dev/null
+  fi
+  if [ ! -x "$base_bin" ]; then
+    echo "bench-agent: building the base ($base_rev) in release; once, it takes a while" >&2
+    (cd "$base_src" && CARGO_TARGET_DIR="$PWD/../base-target" cargo build --release --quiet)
+  fi
+fi
+[ -x "$base_bin" ] || { echo "bench-agent: no base binary at $base_bin" >&2; exit 1; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# One tinybox green record, then $runs copies of it under their own ids and times.
+"$new_bin" run inventory --events jsonl --root tests/fixtures/tinybox-green \
+  --state-dir "$work/template" >/dev/null 2>&1 || true
+template=$(ls "$work"/template/runs/*/run.json | head -1)
+python3 - "$template" "$work/history" "$runs" <<'EOF'
+import datetime, json, os, sys
+template, out, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+record = json.load(open(template))
+start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+for i in range(count):
+    at = start + datetime.timedelta(minutes=i)
+    rid = at.strftime("%Y%m%d-%H%M%S") + "-%06x" % i
+    record["id"] = rid
+    record["started_at"] = at.isoformat().replace("+00:00", "Z")
+    record["finished_at"] = (at + datetime.timedelta(seconds=5)).isoformat().replace("+00:00", "Z")
+    os.makedirs(f"{out}/runs/{rid}")
+    with open(f"{out}/runs/{rid}/run.json", "w") as f:
+        json.dump(record, f, indent=2)
+EOF
+size=$(du -sh "$work/history/runs" | cut -f1)
+echo "bench-agent: $runs records of $(stat -c %s "$template") bytes each ($size), $(nproc) CPUs," \
+  "$connections clients; new $new_bin, base $base_bin ($base_rev)"
+
+# start_agent NAME BINARY: a private bus and an agent on a copy of the history; sets $addr, $bus, $pid.
+start_agent() {
+  local name=$1 bin=$2 dir=$work/$1
+  mkdir -p "$dir"
+  cp -a "$work/history" "$dir/state"
+  od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$dir/token"
+  chmod 600 "$dir/token"
+  printf 'listen = "127.0.0.1:0"\ntoken_file = "%s"\nstate_dir = "%s"\nretention = %d\n' \
+    "$dir/token" "$dir/state" $((runs * 2)) >"$dir/tinyperf.toml"
+  local bus_pid
+  { read -r bus; read -r bus_pid; } < <(dbus-daemon --session --fork --nosyslog --print-address=1 --print-pid=1)
+  pids+=("$bus_pid")
+  TINYPERF_LOG=warn "$bin" agent --config "$dir/tinyperf.toml" --bus "$bus" >"$dir/out" 2>"$dir/log" &
+  pid=$!
+  pids+=("$pid")
+  addr=""
+  for _ in $(seq 1200); do
+    addr=$(sed -n 's|^ready http://||p' "$dir/out")
+    [ -n "$addr" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$addr" ] || { echo "bench-agent: the $name agent did not start:" >&2; cat "$dir/log" >&2; exit 1; }
+}
+
+rss_mib() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$1/status"; }
+
+# wrk_stats URL DURATION: "req/s p50_ms p99_ms errors"
+wrk_stats() {
+  wrk -t2 -c"$connections" -d"$2" --timeout 30s --latency "$1" 2>&1 | python3 -c '
+import re, sys
+text = sys.stdin.read()
+def ms(label):
+    m = re.search(r"^\s*" + label + r"\s+([\d.]+)(us|ms|s)\b", text, re.M)
+    if not m:
+        return float("nan")
+    v, unit = float(m.group(1)), m.group(2)
+    return v / 1000 if unit == "us" else v * 1000 if unit == "s" else v
+rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
+errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", text))
+non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+errors += int(non2xx.group(1)) if non2xx else 0
+print(f"{float(rps.group(1)) if rps else 0:.1f} {ms(\"50%\"):.2f} {ms(\"99%\"):.2f} {errors}")
+'
+}
+
+# listruns_stats BUS SECONDS: ListRuns(0) under $connections callers: "calls/s p50_ms p99_ms errors"
+listruns_stats() {
+  python3 - "$1" "$2" "$connections" <<'EOF'
+import subprocess, sys, threading, time
+bus, seconds, callers = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+cmd = ["busctl", f"--address={bus}", "--timeout=60", "call", "org.tinyperf.Agent1",
+       "/org/tinyperf/Agent1", "org.tinyperf.Agent1", "ListRuns", "u", "0"]
+took, errors, lock = [], [0], threading.Lock()
+end = time.monotonic() + seconds
+def caller():
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        ok = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+        with lock:
+            (took.append((time.monotonic() - t0) * 1000) if ok else errors.__setitem__(0, errors[0] + 1))
+threads = [threading.Thread(target=caller) for _ in range(callers)]
+started = time.monotonic()
+for t in threads: t.start()
+for t in threads: t.join()
+took.sort()
+q = lambda p: took[min(len(took) - 1, int(p * len(took)))] if took else float("nan")
+print(f"{len(took) / (time.monotonic() - started):.1f} {q(0.5):.2f} {q(0.99):.2f} {errors[0]}")
+EOF
+}
+
+# measure NAME BINARY ROUND: one line per figure into $work/results
+measure() {
+  local name=$1 bin=$2 round=$3
+  start_agent "$name-$round" "$bin"
+  local base_url="http://$addr" idle
+  idle=$(rss_mib "$pid")
+  echo "$round $name rss_idle_mib $idle" >>"$work/results"
+  for path in / /api/v1/runs /metrics /api/v1/status; do
+    read -r rps p50 p99 errs < <(wrk_stats "$base_url$path" "$duration")
+    echo "$round $name $path $rps $p50 $p99 $errs" >>"$work/results"
+  done
+  read -r rps p50 p99 errs < <(listruns_stats "$bus" "${duration%s}")
+  echo "$round $name ListRuns(0) $rps $p50 $p99 $errs" >>"$work/results"
+  wrk_stats "$base_url/" "$rss_duration" >/dev/null
+  echo "$round $name rss_after_load_mib $(rss_mib "$pid")" >>"$work/results"
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+: >"$work/results"
+for round in $(seq "$rounds"); do
+  echo "bench-agent: round $round: base" >&2
+  measure base "$base_bin" "$round"
+  echo "bench-agent: round $round: new" >&2
+  measure new "$new_bin" "$round"
+done
+
+python3 - "$work/results" "$runs" "$connections" "$rss_duration" <<'EOF'
+import collections, sys
+path, runs, clients, rss_duration = sys.argv[1:5]
+rows = collections.defaultdict(dict)
+for line in open(path):
+    f = line.split()
+    rows[(f[0], f[2])][f[1]] = f[3:]
+goals = {"/": 20, "/api/v1/runs": 20, "/metrics": 20, "/api/v1/status": 5}
+print(f"\n{runs} stored runs, {clients} clients; latency in ms; base = previous build, new = this one")
+print(f"{'round':>5}  {'what':<22} {'base req/s':>10} {'p50':>9} {'p99':>9} {'err':>5}   "
+      f"{'new req/s':>10} {'p50':>9} {'p99':>9} {'err':>5}   goal")
+for (rnd, what), by in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1].startswith("rss"), kv[0][1])):
+    b, n = by.get("base", []), by.get("new", [])
+    if what.startswith("rss"):
+        goal = "≤ 64 MiB" if what == "rss_after_load_mib" else ""
+        label = f"RSS idle (MiB)" if what == "rss_idle_mib" else f"RSS after {rss_duration} on / (MiB)"
+        verdict = ""
+        if goal and n:
+            verdict = " met" if float(n[0]) <= 64 else " missed"
+        print(f"{rnd:>5}  {label:<22} {b[0] if b else '-':>10} {'':>9} {'':>9} {'':>5}   "
+              f"{n[0] if n else '-':>10} {'':>9} {'':>9} {'':>5}   {goal}{verdict}")
+        continue
+    goal = goals.get(what)
+    verdict = ""
+    if goal is not None and n:
+        verdict = f"p99 ≤ {goal} ms " + ("met" if float(n[2]) <= goal else "missed")
+    cells = lambda v: (f"{v[0]:>10} {v[1]:>9} {v[2]:>9} {v[3]:>5}" if v else f"{'-':>10} {'-':>9} {'-':>9} {'-':>5}")
+    print(f"{rnd:>5}  {what:<22} {cells(b)}   {cells(n)}   {verdict}")
+EOF
