@@ -446,3 +446,43 @@ fn this_machine_has_no_gpu_and_is_unrecognised() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("Box      unrecognised"), "{text}");
 }
+
+#[test]
+fn an_rtx_5090_under_driver_550_is_a_finding_naming_both_versions() {
+    let root = tempfile::tempdir().unwrap();
+    let copy = Command::new("cp")
+        .arg("-a")
+        .arg(fixture("tinybox-5090"))
+        .arg(root.path().join("box"))
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let box_root = root.path().join("box");
+    // Debian 13's driver, as /proc/driver/nvidia/version spells it.
+    std::fs::write(
+        box_root.join("proc/driver/nvidia/version"),
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.163.01  Release Build  \
+         (pbuilder@debian)  Sat Apr 19 2025\nGCC version:  gcc version 14.2.0 (Debian 14.2.0-19)\n",
+    )
+    .unwrap();
+    let out = detect(&[
+        "--json",
+        "--no-runtime",
+        "--root",
+        box_root.to_str().unwrap(),
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|f| f.contains("needs NVIDIA driver"))
+        .collect();
+    assert_eq!(findings.len(), 4, "{report}");
+    assert!(findings[0].contains("570 or later"), "{}", findings[0]);
+    assert!(findings[0].contains("550.163.01"), "{}", findings[0]);
+    // The box's own driver (570) draws no such finding.
+    let (current, _) = detect_json("tinybox-5090", &[]);
+    assert!(!current.to_string().contains("needs NVIDIA driver"));
+}
