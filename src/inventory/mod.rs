@@ -4,15 +4,18 @@
 //! code scans the live system and a sysfs-shaped tree on disk. Nothing here fails:
 //! a file that cannot be read or parsed becomes a finding that names it.
 
+pub mod aer;
 mod config_space;
 mod gpu;
 mod host;
+pub mod kernel_log;
 mod nvme;
 mod pci;
 mod read;
 mod render;
 mod sku;
 mod units;
+pub mod xid;
 
 use std::path::{Path, PathBuf};
 
@@ -58,6 +61,10 @@ pub struct HardwareReport {
     pub host: Host,
     pub nvme: Vec<NvmeController>,
     pub pci_devices: Vec<PciDevice>,
+    /// AER counters that moved on any GPU's path since boot.
+    pub link_errors: Vec<aer::LinkErrors>,
+    /// GPU trouble in the kernel's log: Xids, GPUs off the bus, ring timeouts, resets.
+    pub kernel_events: Vec<kernel_log::KernelEvent>,
     /// What the GPU runtimes said; `null` when they were not probed.
     pub runtime: Option<RuntimeReport>,
     pub root: PathBuf,
@@ -113,8 +120,14 @@ impl HardwareReport {
     }
 
     /// 0 when the box meets every expectation (or is unrecognised), 1 when any fails.
+    /// 1 when an expectation failed, or a GPU's link or the kernel's log shows it cannot be
+    /// trusted (an uncorrectable AER error, a lost or broken GPU, a GPU reset).
     pub fn exit_code(&self) -> i32 {
-        i32::from(self.checks.iter().any(|c| c.verdict == Verdict::Fail))
+        i32::from(
+            self.checks.iter().any(|c| c.verdict == Verdict::Fail)
+                || self.link_errors.iter().any(aer::LinkErrors::is_serious)
+                || self.kernel_events.iter().any(|e| e.serious),
+        )
     }
 }
 
@@ -131,6 +144,21 @@ pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareRepo
         compare_runtime_with_bus(runtime, &gpus, &mut findings);
     }
     let nvme = nvme::find_controllers(root, &devices, &mut findings);
+    let gpu_addresses: Vec<PciAddress> = gpus.iter().map(|g| g.address).collect();
+    let link_errors = aer::link_errors(&gpu_addresses, &devices);
+    for errors in &link_errors {
+        findings.push(errors.describe());
+    }
+    let kernel_events = match kernel_log::read_records(root) {
+        Ok(records) => kernel_log::gpu_events(&records, &gpu_addresses),
+        Err(why) => {
+            findings.push(format!("kernel messages not read: {why}"));
+            Vec::new()
+        }
+    };
+    for event in &kernel_events {
+        findings.push(event.describe());
+    }
 
     let (spec, source) = choose_sku(sku, &gpus, &mut findings);
     let checks = spec
@@ -151,6 +179,8 @@ pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareRepo
         host,
         nvme,
         pci_devices: devices.into_values().collect(),
+        link_errors,
+        kernel_events,
         runtime,
         root: root.to_path_buf(),
     }
