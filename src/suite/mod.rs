@@ -43,6 +43,7 @@ pub mod gpu_bandwidth;
 pub mod gpu_devices;
 pub mod gpu_gemm;
 pub mod gpu_p2p;
+pub mod health;
 pub mod human;
 pub mod inventory_stage;
 pub mod mlperf_resnet;
