@@ -186,7 +186,7 @@ pub fn gpu_events(records: &[Record], gpus: &[PciAddress]) -> Vec<KernelEvent> {
 }
 
 /// An Xid names bus and device: it matches the GPU's function 0.
-fn same_device(gpu: PciAddress, logged: PciAddress) -> bool {
+pub fn same_device(gpu: PciAddress, logged: PciAddress) -> bool {
     gpu.domain == logged.domain && gpu.bus == logged.bus && gpu.device == logged.device
 }
 

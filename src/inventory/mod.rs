@@ -303,3 +303,54 @@ mod tests {
         assert_eq!(metric("checks_failed"), Some(0.0));
     }
 }
+
+/// Each GPU's link as trained right now and the AER counters on its path: what the
+/// health check's link test reads before, during and after a load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuLinkState {
+    pub gpu: PciAddress,
+    pub path_link: PathLink,
+    /// The widest link every part of the path is capable of (`max_link_width`).
+    pub capable_width: Option<u32>,
+    /// Every device on the path, the GPU first: its address, role and counters (`None`
+    /// where it has no AER files).
+    pub counters: Vec<(PciAddress, aer::PathRole, Option<aer::AerCounters>)>,
+}
+
+pub fn gpu_link_states(root: &Path) -> Vec<GpuLinkState> {
+    let mut findings = Findings::default();
+    let devices = pci::enumerate(root, &mut findings);
+    devices
+        .values()
+        .filter(|d| gpu::gpu_vendor(d).is_some())
+        .map(|device| {
+            let mut path = vec![(device.address, aer::PathRole::Gpu)];
+            for (i, &bridge) in device.upstream.iter().enumerate().rev() {
+                let role = if i == 0 {
+                    aer::PathRole::RootPort
+                } else {
+                    aer::PathRole::Bridge
+                };
+                path.push((bridge, role));
+            }
+            let capable_width = path
+                .iter()
+                .filter_map(|(a, _)| devices.get(a).and_then(|d| d.link.max_width))
+                .min();
+            GpuLinkState {
+                gpu: device.address,
+                path_link: pci::path_link(device, &devices),
+                capable_width,
+                counters: path
+                    .into_iter()
+                    .map(|(address, role)| {
+                        let counters = devices
+                            .get(&address)
+                            .and_then(|d| aer::read_counters(&d.sysfs_dir));
+                        (address, role, counters)
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}

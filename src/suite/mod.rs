@@ -7,7 +7,13 @@ pub mod record;
 use serde_json::{Map, Value};
 
 /// Suites this build can run.
-pub const SUITES: &[&str] = &["inventory", "acceptance", "smoke", "mlperf-resnet"];
+pub const SUITES: &[&str] = &[
+    "inventory",
+    "acceptance",
+    "health",
+    "smoke",
+    "mlperf-resnet",
+];
 
 /// Suites of the design that this build cannot run yet.
 pub const NOT_IMPLEMENTED_SUITES: &[&str] = &[];

@@ -3,9 +3,15 @@
 //! broken GPU, nor the reverse.
 
 pub mod corruption;
+pub mod corruption_stage;
+pub mod kernel_stage;
+pub mod link_stage;
 pub mod peers;
 
 use serde::{Deserialize, Serialize};
+
+/// The suite's name.
+pub const SUITE: &str = "health";
 
 /// The outcome of one check on one GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
