@@ -1065,3 +1065,35 @@ KERNEL void ce_backward(const float* logits, const float* labels, int classes,
         }
     }
 }
+
+// ---------------------------------------------------------------- health
+
+// Integer arithmetic, deterministic by construction: rounds of xorshift and an odd
+// multiplier over each index and the seed. Every GPU must give every bit the same.
+KERNEL void health_integer_mix(int* out, long long n, int seed, int rounds) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        unsigned int x = ((unsigned int)i * 2654435769u) ^ (unsigned int)seed;
+        for (int r = 0; r < rounds; ++r) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x = x * 2891336453u + (unsigned int)r;
+        }
+        out[i] = (int)x;
+    }
+}
+
+// Transcendental functions over a spread of arguments: the special-function units
+// and their rounding, the same code on every GPU of a box.
+KERNEL void health_transcendental(float* out, long long n, float scale) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        float x = ((float)(i % 4093) - 2046.0f) * scale;
+        float y = sinf(x) + cosf(x * 0.5f);
+        y = expf(y * 0.5f);
+        out[i] = logf(y + 1.0f) + sqrtf(fabsf(x));
+    }
+}

@@ -106,6 +106,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "global_avg_forward_bf16",
     "global_avg_backward_f16",
     "global_avg_backward_bf16",
+    "health_integer_mix",
+    "health_transcendental",
 ];
 
 /// The complete translation unit for `dialect`.
