@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::options::{self, GEMM_SECONDS, GPU_GEMM_SECONDS, STAGE_TIMEOUT_S};
+use super::options::{
+    self, BURN_SECONDS, GEMM_SECONDS, GPU_GEMM_SECONDS, LINK_LOAD_SECONDS, STAGE_TIMEOUT_S,
+};
 
 /// How often the worker sends a heartbeat while it runs.
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
@@ -37,6 +39,26 @@ pub fn stage_deadline(stage: &str, options: &Map<String, Value>) -> Duration {
         // eight GPUs.
         "gpu-gemm" => (10 * MINUTE) as f64 + 2.0 * 8.0 * 2.0 * seconds(GPU_GEMM_SECONDS, 3.0),
         "gpu-bandwidth" | "gpu-p2p" | "gpu-allreduce" => (20 * MINUTE) as f64,
+        "kernel-messages" => (5 * MINUTE) as f64,
+        // Rounds of burn_seconds on every GPU at once, then the reference checks.
+        "gpu-corruption" => {
+            (15 * MINUTE) as f64
+                + 2.0
+                    * seconds(
+                        BURN_SECONDS,
+                        super::health::corruption_stage::DEFAULT_BURN_SECONDS,
+                    )
+        }
+        // Each GPU's link under load for link_load_seconds, one after another.
+        "link-health" => {
+            (15 * MINUTE) as f64
+                + 8.0
+                    * 2.0
+                    * seconds(
+                        LINK_LOAD_SECONDS,
+                        super::health::link_stage::DEFAULT_LOAD_SECONDS,
+                    )
+        }
         "train-throughput" => HOUR as f64,
         "smoke" => (2 * HOUR) as f64,
         // Hours on a tinybox; a CPU-only machine may take days.

@@ -6,9 +6,9 @@ use std::time::Duration;
 use super::corruption::{self, Sizes};
 use super::Outcome;
 use crate::engine::backend::gpu::driver::GpuDriver;
+use crate::record::{Check, StageResult, Verdict};
 use crate::suite::gpu_devices::{self, GpuChoice};
 use crate::suite::options::{self, BURN_SECONDS};
-use crate::suite::record::{Check, StageResult, Verdict};
 use crate::suite::stage::{StageContext, StageReport};
 
 pub const NAME: &str = "gpu-corruption";

@@ -3,7 +3,7 @@
 
 use crate::inventory::kernel_log;
 use crate::inventory::PciAddress;
-use crate::suite::record::{Check, StageResult, Verdict};
+use crate::record::{Check, StageResult, Verdict};
 use crate::suite::stage::{StageContext, StageReport};
 
 pub const NAME: &str = "kernel-messages";

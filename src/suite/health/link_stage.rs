@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::inventory::aer::AerCounters;
 use crate::inventory::{gpu_link_states, GpuLinkState, PciAddress};
+use crate::record::{Check, StageResult, Verdict};
 use crate::suite::gpu_devices::{self, GpuChoice};
 use crate::suite::options::{self, LINK_LOAD_SECONDS};
-use crate::suite::record::{Check, StageResult, Verdict};
 use crate::suite::stage::{StageContext, StageReport};
 
 pub const NAME: &str = "link-health";
