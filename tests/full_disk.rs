@@ -8,6 +8,8 @@ mod common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{wait_for, Agent, AgentDirs, Bus, TOKEN};
@@ -56,6 +58,24 @@ impl Tmpfs {
             }
         }
         let _ = file.sync_all();
+    }
+
+    /// Keeps the filesystem full from a thread of its own, taking any space that is
+    /// freed (a temporary file removed after a failed write) until `stop` is set.
+    fn keep_full(&self, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+        let path = self.0.join("filler");
+        std::thread::spawn(move || {
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(path)
+                .unwrap();
+            let page = vec![0u8; 4096];
+            while !stop.load(Ordering::Relaxed) {
+                while file.write_all(&page).is_ok() {}
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
     }
 
     fn free(&self) {
@@ -161,6 +181,8 @@ fn a_disk_that_fills_during_a_run_loses_nothing() {
         (status(&agent)["current_stage"] == "cpu-gemm").then_some(())
     });
     disk.fill(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let filler = disk.keep_full(stop.clone());
 
     let status_after = wait_for(Duration::from_secs(120), "the run to end", || {
         let s = status(&agent);
@@ -185,6 +207,8 @@ fn a_disk_that_fills_during_a_run_loses_nothing() {
     let on_disk = common::read_record(&dirs.state_dir(), &id).unwrap();
     assert_eq!(on_disk["state"], "running", "the disk was full");
 
+    stop.store(true, Ordering::Relaxed);
+    filler.join().unwrap();
     disk.free();
     let saved = wait_for(Duration::from_secs(20), "the record written", || {
         let r = common::read_record(&dirs.state_dir(), &id)?;
