@@ -40,6 +40,26 @@ pub enum Command {
     /// Check and measure the GPU backends on this machine's GPUs.
     #[command(subcommand)]
     Gpu(GpuCommand),
+    /// Score MLPerf Training ResNet results and write submission packages.
+    #[command(subcommand)]
+    Mlperf(MlperfCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MlperfCommand {
+    /// Score MLLOG files, a results folder or a submission folder as
+    /// mlperf_logging.result_summarizer does (ruleset 4.0.0).
+    Score(MlperfScoreArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MlperfScoreArgs {
+    /// MLLOG files, run folders, `results/<system>/resnet/` folders or submission folders.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Print one JSON object with a `systems` list.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

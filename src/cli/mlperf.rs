@@ -1,0 +1,73 @@
+//! `tinyperf mlperf`: scores of MLPerf results, as tables or JSON.
+
+use std::fmt::Write as _;
+
+use crate::cli::args::{MlperfCommand, MlperfScoreArgs};
+use crate::mlperf::score::SystemScore;
+
+pub fn main(command: &MlperfCommand) -> anyhow::Result<i32> {
+    match command {
+        MlperfCommand::Score(args) => score(args),
+    }
+}
+
+/// Exit status 0 when every system has a score, 1 otherwise.
+fn score(args: &MlperfScoreArgs) -> anyhow::Result<i32> {
+    let systems = crate::mlperf::score_paths(&args.paths)?;
+    if args.json {
+        let out = serde_json::json!({ "ruleset": "4.0.0", "systems": systems });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        for system in &systems {
+            print!("{}", render(system));
+        }
+    }
+    Ok(if systems.iter().all(|s| s.time_to_train_min.is_some()) {
+        0
+    } else {
+        1
+    })
+}
+
+fn render(s: &SystemScore) -> String {
+    let mut out = String::new();
+    let score = s
+        .time_to_train_min
+        .map_or("no score".to_string(), |t| format!("{t:.3} min"));
+    let _ = writeln!(
+        out,
+        "{} ({}): {score}, {} of {} runs counted{}",
+        s.system,
+        s.division.as_deref().unwrap_or("division unknown"),
+        s.runs_counted,
+        s.runs.len(),
+        if s.scaling_factor != 1.0 {
+            format!(", scaled by {}", s.scaling_factor)
+        } else {
+            String::new()
+        }
+    );
+    if let Some(j) = s.energy_j {
+        let _ = writeln!(out, "  energy: {j:.0} J ({:.4} kWh)", j / 3.6e6);
+    }
+    for run in &s.runs {
+        let time = run
+            .time_to_train_min
+            .map_or("-".to_string(), |t| format!("{t:.3} min"));
+        let epochs = run
+            .epochs_to_converge
+            .map_or(String::new(), |e| format!(", {e} epochs"));
+        let energy = run
+            .energy_j
+            .map_or(String::new(), |j| format!(", {j:.0} J"));
+        let verdict = match &run.reason {
+            None => "converged".to_string(),
+            Some(r) => format!("not counted: {r}"),
+        };
+        let _ = writeln!(out, "  {}: {time}{epochs}{energy}; {verdict}", run.name);
+    }
+    for note in &s.notes {
+        let _ = writeln!(out, "  note: {note}");
+    }
+    out
+}
