@@ -50,6 +50,34 @@ pub enum MlperfCommand {
     /// Score MLLOG files, a results folder or a submission folder as
     /// mlperf_logging.result_summarizer does (ruleset 4.0.0).
     Score(MlperfScoreArgs),
+    /// Write a submission package (ORG/systems, ORG/results, ORG/benchmarks) from five
+    /// recorded runs.
+    Package(MlperfPackageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MlperfPackageArgs {
+    /// The submitting organisation: the package's top folder and the system
+    /// description's `submitter`.
+    #[arg(long)]
+    pub org: String,
+    /// The system's name: `systems/NAME.json` and `results/NAME/`.
+    #[arg(long)]
+    pub system: String,
+    /// The division the runs were made under (checked against their MLLOG; by default
+    /// taken from it).
+    #[arg(long, value_parser = ["closed", "open"])]
+    pub division: Option<String>,
+    /// The folder ORG/ is written in.
+    #[arg(long, default_value = ".")]
+    pub out: PathBuf,
+    /// Print what was written, and the package's score, as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Run folders (`STATE/runs/<id>/`, with run.json and mllog.txt, or result_N/mllog.txt
+    /// for a run of several).
+    #[arg(required = true, value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
 }
 
 #[derive(Debug, Args)]

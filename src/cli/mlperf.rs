@@ -2,13 +2,62 @@
 
 use std::fmt::Write as _;
 
-use crate::cli::args::{MlperfCommand, MlperfScoreArgs};
+use crate::cli::args::{MlperfCommand, MlperfPackageArgs, MlperfScoreArgs};
+use crate::cli::UsageError;
+use crate::engine::mllog::Division;
+use crate::mlperf::package::{package, PackageError, PackageRequest};
 use crate::mlperf::score::SystemScore;
 
 pub fn main(command: &MlperfCommand) -> anyhow::Result<i32> {
     match command {
         MlperfCommand::Score(args) => score(args),
+        MlperfCommand::Package(args) => write_package(args),
     }
+}
+
+/// Exit status 0 when the package is written and scores; 1 when it is written but
+/// has no score (too many runs did not converge).
+fn write_package(args: &MlperfPackageArgs) -> anyhow::Result<i32> {
+    let request = PackageRequest {
+        org: args.org.clone(),
+        system: args.system.clone(),
+        division: args.division.as_deref().map(|d| {
+            if d == "closed" {
+                Division::Closed
+            } else {
+                Division::Open
+            }
+        }),
+        out_dir: args.out.clone(),
+        runs: args.runs.clone(),
+    };
+    let report = package(&request).map_err(|e| match e {
+        PackageError::BadName(_) | PackageError::RunCount(_) => {
+            anyhow::Error::new(UsageError(e.to_string()))
+        }
+        other => anyhow::Error::new(other),
+    })?;
+    let systems = crate::mlperf::score_paths(std::slice::from_ref(&report.root))?;
+    let scored = systems.iter().all(|s| s.time_to_train_min.is_some());
+    if args.json {
+        let out = serde_json::json!({ "package": report, "systems": systems });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "wrote {} ({} division, seeds {:?}{})",
+            report.root.display(),
+            report.division,
+            report.seeds,
+            if report.power { ", power logs" } else { "" }
+        );
+        for note in &report.notes {
+            println!("  note: {note}");
+        }
+        for system in &systems {
+            print!("{}", render(system));
+        }
+    }
+    Ok(if scored { 0 } else { 1 })
 }
 
 /// Exit status 0 when every system has a score, 1 otherwise.

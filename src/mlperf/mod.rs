@@ -4,6 +4,7 @@
 pub mod compliance;
 pub mod energy;
 pub mod log;
+pub mod package;
 pub mod score;
 pub mod source;
 
