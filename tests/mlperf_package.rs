@@ -226,3 +226,140 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `mlperf-resnet` with `runs=5` trains five times, each run seeded apart and logged in
+/// its own `result_N/`, then packages them; here on a tiny generated set at 16², one
+/// epoch each (so no run reaches the target, and the package has no score by the rules).
+#[test]
+fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
+    let work = tempfile::tempdir().unwrap();
+    let data = work.path().join("data");
+    let synth = tinyperf(&[
+        "dataset",
+        "synth",
+        data.to_str().unwrap(),
+        "--classes",
+        "2",
+        "--per-class",
+        "4",
+        "--val-per-class",
+        "2",
+        "--size",
+        "16",
+    ]);
+    assert!(synth.status.success(), "{}", text(&synth));
+    let state = work.path().join("state");
+    let mut args = vec![
+        "run",
+        "mlperf-resnet",
+        "--dataset",
+        data.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    for o in [
+        "runs=5",
+        "image_size=16",
+        "batch_size=8",
+        "eval_batch_size=4",
+        "train_epochs=1",
+        "warmup_epochs=0",
+        "loader_threads=1",
+    ] {
+        args.push("-o");
+        args.push(o);
+    }
+    let run = tinyperf(&args);
+    let runs = runs_in(&state);
+    assert_eq!(runs.len(), 1, "{}", text(&run));
+    let record: Value =
+        serde_json::from_slice(&fs::read(runs[0].join("run.json")).unwrap()).unwrap();
+    let names: Vec<&str> = record["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "mlperf-resnet-1",
+            "mlperf-resnet-2",
+            "mlperf-resnet-3",
+            "mlperf-resnet-4",
+            "mlperf-resnet-5",
+            "mlperf-package"
+        ],
+        "{}",
+        text(&run)
+    );
+    let mut seeds: Vec<u64> = record["stages"].as_array().unwrap()[..5]
+        .iter()
+        .map(|s| {
+            s["metrics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == "seed")
+                .unwrap()["value"]
+                .as_f64()
+                .unwrap() as u64
+        })
+        .collect();
+    seeds.sort();
+    seeds.dedup();
+    assert_eq!(seeds.len(), 5, "{record:#}");
+    for i in 0..5 {
+        assert!(runs[0].join(format!("result_{i}/mllog.txt")).is_file());
+        let desc: Value = serde_json::from_slice(
+            &fs::read(runs[0].join(format!("result_{i}/system_desc.json"))).unwrap(),
+        )
+        .unwrap();
+        // 16² images are not the benchmark: open division, in the log and the description.
+        assert_eq!(desc["division"], "open");
+    }
+    let org = runs[0].join("submission/tinycorp");
+    assert!(org.join("systems").is_dir(), "{record:#}");
+    let package_stage = &record["stages"][5];
+    assert!(
+        package_stage["message"]
+            .as_str()
+            .unwrap()
+            .contains("no score"),
+        "{package_stage:#}"
+    );
+
+    // Open division asks nothing of a run but an evaluation below 1.0, so the package
+    // checker passes these unconverged runs and the summarizer times them; tinyperf says
+    // what the summarizer prints beside its own verdict.
+    let checked = checker("package", &org);
+    assert!(checked.status.success(), "{}", text(&checked));
+    let official = summarizer(&org);
+    let (_, theirs) = official.as_object().unwrap().iter().next().unwrap();
+    let score = tinyperf(&["mlperf", "score", "--json", org.to_str().unwrap()]);
+    let ours: Value = serde_json::from_slice(&score.stdout).unwrap();
+    let ours = &ours["systems"][0];
+    assert!(ours["time_to_train_min"].is_null());
+    let (a, b) = (
+        ours["summarizer_time_to_train_min"].as_f64().unwrap(),
+        theirs["time_to_train_min"].as_f64().unwrap(),
+    );
+    assert!(
+        (a - b).abs() < 0.001,
+        "tinyperf's summarizer figure {a}, summarizer {b}"
+    );
+
+    // The run of five packages again from the command line.
+    let out = work.path().join("again");
+    fs::create_dir(&out).unwrap();
+    let again = package(&out, &[], &runs);
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "written but without a score: {}",
+        text(&again)
+    );
+    assert!(out
+        .join("tinycorp/results/cpubox/resnet/result_4.txt")
+        .is_file());
+}

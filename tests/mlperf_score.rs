@@ -113,6 +113,11 @@ fn scores_equal_the_result_summarizer_in_every_style() {
             theirs["time_to_train_min"].as_f64(),
         );
         assert!(close(a, b, 0.001), "{style}: ours {a:?}, summarizer {b:?}");
+        let c = system["summarizer_time_to_train_min"].as_f64();
+        assert!(
+            close(c, b, 0.001),
+            "{style}: summarizer's figure {c:?}, summarizer {b:?}"
+        );
         assert_eq!(all_scored, a.is_some(), "{style}: exit status");
         let (a, b) = (system["energy_j"].as_f64(), theirs["energy_j"].as_f64());
         assert!(

@@ -30,6 +30,7 @@ fn write_package(args: &MlperfPackageArgs) -> anyhow::Result<i32> {
         }),
         out_dir: args.out.clone(),
         runs: args.runs.clone(),
+        record: None,
     };
     let report = package(&request).map_err(|e| match e {
         PackageError::BadName(_) | PackageError::RunCount(_) => {
@@ -96,6 +97,15 @@ fn render(s: &SystemScore) -> String {
             String::new()
         }
     );
+    if s.summarizer_time_to_train_min != s.time_to_train_min {
+        let theirs = s
+            .summarizer_time_to_train_min
+            .map_or("no score".to_string(), |t| format!("{t:.3} min"));
+        let _ = writeln!(
+            out,
+            "  result_summarizer, which does not read run_stop's status, prints {theirs}"
+        );
+    }
     if let Some(j) = s.energy_j {
         let _ = writeln!(out, "  energy: {j:.0} J ({:.4} kWh)", j / 3.6e6);
     }

@@ -55,6 +55,9 @@ pub struct PackageRequest {
     /// The folder `ORG/` is created in.
     pub out_dir: PathBuf,
     pub runs: Vec<PathBuf>,
+    /// The record of a run folder that has no `run.json` yet (the suite packaging its
+    /// own runs); `None` refuses such a folder.
+    pub record: Option<Value>,
 }
 
 /// What was written.
@@ -102,13 +105,16 @@ fn checked_name(name: &str) -> Result<(), PackageError> {
 }
 
 /// The results of one run folder: its MLLOG, or one per `result_N/` of a run of several.
-fn results_of(run_dir: &Path) -> Result<Vec<Result1>, PackageError> {
+fn results_of(run_dir: &Path, fallback: Option<&Value>) -> Result<Vec<Result1>, PackageError> {
     let record_path = run_dir.join(RECORD_FILE);
-    if !record_path.is_file() {
+    let record: Value = if record_path.is_file() {
+        let text = std::fs::read_to_string(&record_path).map_err(|e| read_err(&record_path, e))?;
+        serde_json::from_str(&text).map_err(|e| read_err(&record_path, e))?
+    } else if let Some(record) = fallback {
+        record.clone()
+    } else {
         return Err(PackageError::NotARun(run_dir.to_path_buf()));
-    }
-    let text = std::fs::read_to_string(&record_path).map_err(|e| read_err(&record_path, e))?;
-    let record: Value = serde_json::from_str(&text).map_err(|e| read_err(&record_path, e))?;
+    };
     let mut folders = Vec::new();
     if run_dir.join(MLLOG_FILE).is_file() {
         folders.push(run_dir.to_path_buf());
@@ -217,7 +223,7 @@ pub fn package(request: &PackageRequest) -> Result<PackageReport, PackageError> 
     checked_name(&request.system)?;
     let mut results = Vec::new();
     for run in &request.runs {
-        results.extend(results_of(run)?);
+        results.extend(results_of(run, request.record.as_ref())?);
     }
     if results.len() != RESULTS_NEEDED {
         return Err(PackageError::RunCount(results.len()));

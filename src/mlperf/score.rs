@@ -52,6 +52,9 @@ pub struct RunScore {
     /// Whether the run counts towards the score: it passes the compliance rules and
     /// its `run_stop` says `success`.
     pub converged: bool,
+    /// Whether it passes the compliance rules, which is all result_summarizer asks of a
+    /// run before it counts its time.
+    pub compliant: bool,
     /// `run_stop − run_start` in minutes, whenever both are logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_train_min: Option<f64>,
@@ -132,6 +135,7 @@ impl RunScore {
             seed: log.first("seed").map(|e| e.value.clone()),
             status: status.clone(),
             converged: false,
+            compliant: compliance.passed() && run_ms.is_some(),
             time_to_train_min: run_ms.map(|ms| ms / 60_000.0),
             epochs_to_converge,
             epochs: epoch_timings(log),
@@ -261,6 +265,11 @@ pub struct SystemScore {
     pub division: Option<String>,
     /// The olympic mean in minutes; absent when too many runs did not converge.
     pub time_to_train_min: Option<f64>,
+    /// What result_summarizer prints: the same mean over every run that passes the
+    /// compliance rules, whatever its `run_stop` status. It differs from
+    /// `time_to_train_min` only when a compliant run did not end `success` (an open
+    /// division run that missed its target).
+    pub summarizer_time_to_train_min: Option<f64>,
     /// The `scaling.json` factor applied (1 without one).
     pub scaling_factor: f64,
     pub runs_counted: usize,
@@ -358,6 +367,17 @@ impl SystemScore {
         } else {
             None
         };
+        let compliant: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.compliant)
+            .filter_map(|r| r.time_to_train_min)
+            .collect();
+        let summarizer_dropped = runs.len() - compliant.len();
+        let summarizer_time = if summarizer_dropped > MAX_DROPPED {
+            None
+        } else {
+            olympic_mean(compliant, summarizer_dropped, MAX_DROPPED).map(|m| m * scaling_factor)
+        };
         let division = runs.iter().find_map(|r| r.division.clone());
         for run in &runs {
             if !run.converged {
@@ -381,6 +401,7 @@ impl SystemScore {
             system: system.to_string(),
             division,
             time_to_train_min: time,
+            summarizer_time_to_train_min: summarizer_time,
             scaling_factor,
             runs_counted: counted.len(),
             runs_dropped: dropped,

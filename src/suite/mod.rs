@@ -45,6 +45,7 @@ pub mod gpu_gemm;
 pub mod gpu_p2p;
 pub mod human;
 pub mod inventory_stage;
+pub mod mlperf_package;
 pub mod mlperf_resnet;
 pub mod runner;
 pub mod smoke;

@@ -151,6 +151,14 @@ pub const ALLREDUCE_MIN_GBPS: OptionSpec = OptionSpec {
     help: "all-reduce bus bandwidth the box must reach, in GB/s",
 };
 
+pub const RUNS: OptionSpec = OptionSpec {
+    key: "runs",
+    min: 1.0,
+    max: 10.0,
+    integer: true,
+    help: "training runs, each seeded apart; 5 also writes the submission package",
+};
+
 /// An option whose value is text: a path, or one of a few names.
 #[derive(Debug, Clone, Copy)]
 pub struct TextSpec {
@@ -207,7 +215,7 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             SYNTH_VAL_PER_CLASS,
             SYNTH_SIZE,
         ],
-        "mlperf-resnet" => &[IMAGE_SIZE, LOADER_THREADS],
+        "mlperf-resnet" => &[IMAGE_SIZE, LOADER_THREADS, RUNS],
         _ => &[],
     }
 }

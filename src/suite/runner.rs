@@ -13,8 +13,8 @@ use super::event::WorkerEvent;
 use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
 use super::{
-    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, inventory_stage, mlperf_resnet,
-    options, smoke, train_throughput,
+    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, inventory_stage, mlperf_package,
+    mlperf_resnet, options, smoke, train_throughput,
 };
 use crate::agent::store::{new_run_id, Artifact, Store};
 use crate::cli::args::{EventFormat, RunArgs};
@@ -33,6 +33,10 @@ pub enum StageKind {
     TrainThroughput,
     Smoke,
     MlperfResnet,
+    /// Run `n` (1-based) of an `mlperf-resnet` suite of several runs.
+    MlperfResnetRun(u8),
+    /// The submission package of the runs before it.
+    MlperfPackage,
 }
 
 impl StageKind {
@@ -47,6 +51,8 @@ impl StageKind {
             StageKind::TrainThroughput => train_throughput::NAME,
             StageKind::Smoke => smoke::NAME,
             StageKind::MlperfResnet => mlperf_resnet::NAME,
+            StageKind::MlperfResnetRun(n) => mlperf_resnet::run_name(n),
+            StageKind::MlperfPackage => mlperf_package::NAME,
         }
     }
 
@@ -60,9 +66,30 @@ impl StageKind {
             StageKind::GpuAllReduce => gpu_allreduce::run(ctx),
             StageKind::TrainThroughput => train_throughput::run(ctx),
             StageKind::Smoke => smoke::run(ctx),
-            StageKind::MlperfResnet => mlperf_resnet::run(ctx),
+            StageKind::MlperfResnet => mlperf_resnet::run(ctx, None),
+            StageKind::MlperfResnetRun(n) => mlperf_resnet::run(ctx, Some(n)),
+            StageKind::MlperfPackage => mlperf_package::run(ctx),
         }
     }
+}
+
+/// The stages of `suite` with `options`: `mlperf-resnet` with `runs=N` trains N times
+/// and, for five runs, packages them.
+pub fn plan_for(suite: &str, options: &Map<String, Value>) -> Option<Vec<StageKind>> {
+    let runs = options
+        .get(options::RUNS.key)
+        .and_then(Value::as_u64)
+        .unwrap_or(1);
+    if suite == mlperf_resnet::NAME && runs > 1 {
+        let mut stages: Vec<StageKind> = (1..=runs.min(mlperf_resnet::MAX_RUNS as u64))
+            .map(|n| StageKind::MlperfResnetRun(n as u8))
+            .collect();
+        if runs as usize == crate::mlperf::score::RESULTS_NEEDED {
+            stages.push(StageKind::MlperfPackage);
+        }
+        return Some(stages);
+    }
+    plan(suite)
 }
 
 /// The stages of `suite`, in order.
@@ -289,7 +316,8 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     let telemetry_interval = args.telemetry_interval()?;
     let suite = args.suite_name().map_err(UsageError)?;
     super::validate(&suite, &options).map_err(UsageError)?;
-    let stages = plan(&suite).ok_or_else(|| UsageError(format!("suite {suite} has no plan")))?;
+    let stages = plan_for(&suite, &options)
+        .ok_or_else(|| UsageError(format!("suite {suite} has no plan")))?;
     require_backend(&options)?;
     if let Some(dir) = &args.run_dir {
         std::fs::create_dir_all(dir)
@@ -380,6 +408,27 @@ mod tests {
         assert_eq!(names("smoke"), ["smoke"]);
         assert_eq!(names("mlperf-resnet"), ["mlperf-resnet"]);
         assert!(plan("nope").is_none());
+        let mut five = Map::new();
+        five.insert("runs".into(), 5.into());
+        let stages: Vec<&str> = plan_for("mlperf-resnet", &five)
+            .unwrap()
+            .iter()
+            .map(|k| k.name())
+            .collect();
+        assert_eq!(
+            stages,
+            [
+                "mlperf-resnet-1",
+                "mlperf-resnet-2",
+                "mlperf-resnet-3",
+                "mlperf-resnet-4",
+                "mlperf-resnet-5",
+                "mlperf-package"
+            ]
+        );
+        five.insert("runs".into(), 2.into());
+        assert_eq!(plan_for("mlperf-resnet", &five).unwrap().len(), 2);
+        assert_eq!(plan_for("smoke", &five).unwrap().len(), 1);
     }
 
     #[test]

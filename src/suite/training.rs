@@ -49,6 +49,9 @@ fn draw_seed() -> Result<u64, getrandom::Error> {
 /// One training run of a stage.
 pub struct TrainJob {
     pub stage: &'static str,
+    /// A folder inside the run's for this training's files, when the run trains
+    /// several times.
+    pub result_folder: Option<String>,
     pub dataset: PathBuf,
     pub recipe: Recipe,
     pub model: ModelChoice,
@@ -104,7 +107,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
             job.recipe.global_batch_size
         ));
     }
-    let run_dir = match run_folder(ctx, job.stage) {
+    let run_dir = match run_folder(ctx, job.stage, job.result_folder.as_deref()) {
         Ok(dir) => dir,
         Err(message) => return report.finish_as(Verdict::Error, Some(message)),
     };
@@ -304,9 +307,16 @@ fn loaders(dataset: &Dataset, job: &TrainJob) -> Result<TrainData, String> {
 }
 
 /// The run folder, or a new temporary one (said on stderr) for a run nobody records.
-fn run_folder(ctx: &StageContext<'_>, stage: &str) -> Result<PathBuf, String> {
+fn run_folder(
+    ctx: &StageContext<'_>,
+    stage: &str,
+    result_folder: Option<&str>,
+) -> Result<PathBuf, String> {
     let dir = match &ctx.run_dir {
-        Some(d) => d.clone(),
+        Some(d) => match result_folder {
+            Some(sub) => d.join(sub),
+            None => d.clone(),
+        },
         None => {
             let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S");
             let dir = std::env::temp_dir()
