@@ -44,14 +44,28 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// A short smoke run whose wall power comes from the ipmitool stand-in (a script that
+/// answers `dcmi power reading` with 400 W, as a BMC would).
 fn smoke_run(state: &Path) {
-    let mut args = vec!["run", "smoke", "--state-dir", state.to_str().unwrap()];
-    for o in SHORT_SMOKE {
-        args.push("-o");
-        args.push(o);
-    }
-    let out = tinyperf(&args);
+    let out = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+        .args(["run", "smoke", "--state-dir", state.to_str().unwrap()])
+        .args(SHORT_SMOKE.iter().flat_map(|o| ["-o", o]))
+        .env("TINYPERF_LOG", "warn")
+        .env(
+            "TINYPERF_IPMITOOL",
+            repo().join("tests/fixtures/mlperf/ipmitool-stand-in/ipmitool"),
+        )
+        .output()
+        .expect("run tinyperf");
     assert!(out.status.success(), "{}", text(&out));
+}
+
+fn metric(record: &Value, name: &str) -> Option<f64> {
+    record["stages"][0]["metrics"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name)?["value"]
+        .as_f64()
 }
 
 fn runs_in(state: &Path) -> Vec<PathBuf> {
@@ -124,6 +138,25 @@ fn five_smoke_runs_make_a_package_the_checkers_pass() {
     }
     let runs = runs_in(state.path());
     let out = tempfile::tempdir().unwrap();
+    // Each run measured wall power for its timed part.
+    for run in &runs {
+        let record: Value =
+            serde_json::from_slice(&fs::read(run.join("run.json")).unwrap()).unwrap();
+        let power = fs::read_to_string(run.join("power.txt")).unwrap();
+        assert!(
+            power.contains("\"key\": \"power_reading\", \"value\": 400.0"),
+            "{power}"
+        );
+        assert!(power.contains("wall power from the BMC"), "{power}");
+        let joules = metric(&record, "mlperf_energy_j").expect("energy on the record");
+        let seconds = metric(&record, "run_seconds").unwrap();
+        assert!(
+            joules > 0.5 * 400.0 * seconds && joules < 1.5 * 400.0 * seconds,
+            "{joules} J in {seconds} s"
+        );
+        assert!(metric(&record, "mlperf_img_per_j").unwrap() > 0.0);
+        assert_eq!(metric(&record, "mlperf_wall_power"), Some(1.0));
+    }
 
     let written = package(out.path(), &["--json"], &runs);
     assert!(written.status.success(), "{}", text(&written));
@@ -151,7 +184,10 @@ fn five_smoke_runs_make_a_package_the_checkers_pass() {
     for i in 0..5 {
         let result = org.join(format!("results/cpubox/resnet/result_{i}.txt"));
         assert!(result.is_file(), "{}", result.display());
+        let power = org.join(format!("results/cpubox/resnet/power/result_{i}/node_0.txt"));
+        assert!(power.is_file(), "{}", power.display());
     }
+    assert_eq!(report["package"]["power"], true);
     let implementation = org.join(format!(
         "benchmarks/resnet/implementations/tinyperf-{}",
         env!("CARGO_PKG_VERSION")
@@ -176,6 +212,15 @@ fn five_smoke_runs_make_a_package_the_checkers_pass() {
         "tinyperf {mine}, summarizer {theirs}"
     );
     eprintln!("tinyperf package: tinyperf {mine} min, result_summarizer {theirs} min");
+    let theirs = official["cpubox"]["energy_j"]
+        .as_f64()
+        .expect("the summarizer's energy");
+    let mine = ours["energy_j"].as_f64().unwrap();
+    assert!(
+        (mine - theirs).abs() < 1.0,
+        "energy: tinyperf {mine} J, summarizer {theirs} J"
+    );
+    eprintln!("tinyperf package: tinyperf {mine} J, result_summarizer {theirs} J");
     assert_eq!(ours["runs_counted"], 5);
 
     // A target that exists is refused and left as it was.

@@ -5,6 +5,7 @@ pub mod compliance;
 pub mod energy;
 pub mod log;
 pub mod package;
+pub mod power_log;
 pub mod score;
 pub mod source;
 

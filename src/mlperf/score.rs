@@ -77,7 +77,7 @@ pub struct RunScore {
 
 /// How the summarizer finds `run_start` and `run_stop`: it walks the lines, keeping
 /// the latest `run_start`, until it has seen both.
-fn run_start_stop(log: &MlLogText) -> (Option<f64>, Option<f64>) {
+pub fn run_start_stop(log: &MlLogText) -> (Option<f64>, Option<f64>) {
     let (mut start, mut stop) = (None, None);
     for entry in &log.entries {
         if entry.key == "run_start" {

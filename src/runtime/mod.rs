@@ -14,6 +14,7 @@ pub mod libraries;
 pub mod library_path;
 mod nvml;
 mod pci;
+pub mod power;
 pub mod private_libraries;
 pub mod rocm;
 pub mod telemetry;

@@ -24,6 +24,7 @@ use crate::engine::train::{
     StopReason, TrainData, TrainObserver, TrainSummary,
 };
 use crate::engine::{Backend, CpuBackend};
+use crate::mlperf::power_log::{PowerLog, PowerLogOutcome};
 
 pub const MLLOG_FILE: &str = "mllog.txt";
 pub const SYSTEM_DESC_FILE: &str = "system_desc.json";
@@ -136,7 +137,11 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
     report
         .findings
         .push(format!("MLLOG: {}", mllog_path.display()));
+    let power_path = run_dir.join(crate::mlperf::package::POWER_FILE);
+    let power = PowerLog::prepare(&ctx.root, &power_path);
+    report.findings.extend(power.findings.iter().cloned());
     let run = TrainingRun {
+        power: &power,
         job: &job,
         dataset: &dataset,
         config: &config,
@@ -187,10 +192,17 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
         }
         Ok(GpuChoice::Gpus { mut backends, .. }) => run.on(Devices::One(backends.remove(0)), ctx),
     };
+    let power = power.finish();
     let summary = match summary {
         Ok(summary) => summary,
         Err(message) => return report.finish_as(Verdict::Error, Some(message)),
     };
+    record_energy(
+        &mut report,
+        power,
+        &mllog_path,
+        f64::from(summary.epochs_completed) * train_len as f64,
+    );
     let target = job.recipe.target_accuracy;
     report.metric("epochs", f64::from(summary.epochs_completed), "epochs");
     report.metric("steps", summary.steps as f64, "steps");
@@ -267,6 +279,63 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
             )),
         ),
         StopReason::Failed(_) => report.finish_as(Verdict::Error, Some(message)),
+    }
+}
+
+/// The run's energy the MLPerf way, from its power log over its MLLOG's time to train:
+/// joules, kWh and images per joule, and what the readings measured.
+fn record_energy(
+    report: &mut StageReport,
+    power: Result<PowerLogOutcome, String>,
+    mllog: &Path,
+    images: f64,
+) {
+    let outcome = match power {
+        Ok(outcome) => outcome,
+        Err(why) => {
+            report.findings.push(format!("no MLPerf power log: {why}"));
+            return;
+        }
+    };
+    report.findings.push(format!(
+        "MLPerf power log: {} ({} readings, {} missed; {})",
+        outcome.path.display(),
+        outcome.readings,
+        outcome.missed,
+        outcome.label
+    ));
+    let run_ms = crate::mlperf::log::MlLogText::read(mllog)
+        .ok()
+        .and_then(|log| match crate::mlperf::score::run_start_stop(&log) {
+            (Some(start), Some(stop)) => Some(stop - start),
+            _ => None,
+        });
+    let power_log = crate::mlperf::log::MlLogText::read(&outcome.path);
+    let energy = match (run_ms, power_log) {
+        (Some(ms), Ok(log)) => crate::mlperf::energy::node_energy_j(&log, ms),
+        (None, _) => Err("the MLLOG has no run_start and run_stop".into()),
+        (_, Err(e)) => Err(e.to_string()),
+    };
+    match energy {
+        Ok(joules) => {
+            report.metric("mlperf_energy_j", joules, "J");
+            report.metric(
+                "mlperf_energy_kwh",
+                crate::runtime::telemetry::joules_to_kwh(joules),
+                "kWh",
+            );
+            if joules > 0.0 {
+                report.metric("mlperf_img_per_j", images / joules, "img/J");
+            }
+            report.metric(
+                "mlperf_wall_power",
+                if outcome.wall { 1.0 } else { 0.0 },
+                "bool",
+            );
+        }
+        Err(e) => report
+            .findings
+            .push(format!("no MLPerf energy for the run: {e}")),
     }
 }
 
@@ -398,6 +467,7 @@ enum Trainee<B: Backend> {
 /// Everything a training run needs besides its devices.
 struct TrainingRun<'r> {
     job: &'r TrainJob,
+    power: &'r PowerLog,
     dataset: &'r Dataset,
     config: &'r crate::engine::mllog::RunConfig,
     platform: &'r str,
@@ -448,6 +518,7 @@ impl TrainingRun<'_> {
         };
         let data = loaders(self.dataset, job).map_err(|e| format!("cannot load {e}"))?;
         log.init_stop().map_err(mllog_error)?;
+        self.power.begin();
         log.run_start().map_err(mllog_error)?;
         log.run_header(config).map_err(mllog_error)?;
         let steps_per_epoch = data.train.batches_per_epoch() as u64;
