@@ -44,6 +44,7 @@ fn growth(before: Option<&AerCounters>, after: Option<&AerCounters>) -> (u64, u6
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
+    report.findings.push(NOT_IMPLEMENTED.to_string());
     let seconds = options::number(ctx.options, LINK_LOAD_SECONDS, DEFAULT_LOAD_SECONDS);
     let backends = match gpu_devices::open(ctx.options) {
         Ok(GpuChoice::Gpus { backends, .. }) => backends,
@@ -193,6 +194,10 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     }
     report.finish(None)
 }
+
+/// What the health suite does not check yet, said in every run of it.
+pub const NOT_IMPLEMENTED: &str = "not implemented yet in the health suite: the power-transient \
+     pulse, the device-memory pattern test, the peer comparison within the box";
 
 #[cfg(test)]
 mod tests {
