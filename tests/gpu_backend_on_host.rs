@@ -707,3 +707,38 @@ mod corruption_check {
             .all(|g| g.outcome() == Outcome::Pass));
     }
 }
+
+mod memory_test {
+    use super::*;
+    use tinyperf::suite::health::memory;
+
+    const CHUNK: usize = 32 * 1024;
+
+    #[test]
+    fn the_memory_test_passes_good_memory_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let found = memory::test(device.as_ref(), 2 * CHUNK as u64, CHUNK, 7).unwrap();
+        assert_eq!(found.tested_bytes, 2 * CHUNK as u64);
+        assert!(found.bad.is_empty(), "{found:?}");
+        assert!(found.gbps > 0.0);
+    }
+
+    #[test]
+    fn the_memory_test_finds_a_bit_that_does_not_hold_and_names_its_range_on_an_emulated_device() {
+        // A word whose bit 5 flips after every write: memory that does not hold.
+        let faulty = BitFlippingDevice {
+            inner: EmulatedDevice::shared(),
+            kernel: "health_memory_write",
+            index: 100,
+            bit: 5,
+        };
+        let found = memory::test(&faulty, 2 * CHUNK as u64, CHUNK, 7).unwrap();
+        // The word is wrong after each of the six writes, in both chunks.
+        assert_eq!(found.bad.len(), 2, "{found:?}");
+        let first = &found.bad[0];
+        assert_eq!(first.offset, 0);
+        assert_eq!(first.errors, 6);
+        assert_eq!(first.first_bad_offset, 400);
+        assert_eq!(found.bad[1].offset, CHUNK as u64);
+    }
+}

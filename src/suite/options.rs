@@ -123,6 +123,14 @@ pub const LINK_LOAD_SECONDS: OptionSpec = OptionSpec {
     help: "how long the link-health check copies both ways on every GPU, in seconds",
 };
 
+pub const MEMORY_FRACTION: OptionSpec = OptionSpec {
+    key: "memory_fraction",
+    min: 0.01,
+    max: 0.95,
+    integer: false,
+    help: "share of each GPU's memory the device-memory pattern test covers",
+};
+
 pub const GPU_GEMM_SIZE: OptionSpec = OptionSpec {
     key: "gpu_gemm_size",
     min: 256.0,
@@ -215,7 +223,7 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             ALLREDUCE_MIN_GBPS,
             BURN_SECONDS,
         ],
-        "health" => &[BURN_SECONDS, LINK_LOAD_SECONDS],
+        "health" => &[BURN_SECONDS, LINK_LOAD_SECONDS, MEMORY_FRACTION],
         "smoke" => &[
             IMAGE_SIZE,
             LOADER_THREADS,

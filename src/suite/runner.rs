@@ -39,6 +39,7 @@ pub enum StageKind {
     },
     LinkHealth,
     KernelMessages,
+    GpuMemory,
 }
 
 impl StageKind {
@@ -56,6 +57,7 @@ impl StageKind {
             StageKind::GpuCorruption { .. } => health::corruption_stage::NAME,
             StageKind::LinkHealth => health::link_stage::NAME,
             StageKind::KernelMessages => health::kernel_stage::NAME,
+            StageKind::GpuMemory => health::memory_stage::NAME,
         }
     }
 
@@ -80,6 +82,7 @@ impl StageKind {
             ),
             StageKind::LinkHealth => health::link_stage::run(ctx),
             StageKind::KernelMessages => health::kernel_stage::run(ctx),
+            StageKind::GpuMemory => health::memory_stage::run(ctx),
         }
     }
 }
@@ -102,6 +105,7 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::Inventory,
             StageKind::KernelMessages,
             StageKind::GpuCorruption { short: false },
+            StageKind::GpuMemory,
             StageKind::LinkHealth,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
@@ -455,6 +459,7 @@ mod tests {
                 "inventory",
                 "kernel-messages",
                 "gpu-corruption",
+                "gpu-memory",
                 "link-health"
             ]
         );

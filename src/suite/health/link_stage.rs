@@ -197,7 +197,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
 
 /// What the health suite does not check yet, said in every run of it.
 pub const NOT_IMPLEMENTED: &str = "not implemented yet in the health suite: the power-transient \
-     pulse, the device-memory pattern test, the peer comparison within the box";
+     pulse and the peer comparison within the box";
 
 #[cfg(test)]
 mod tests {

@@ -6,6 +6,8 @@ pub mod corruption;
 pub mod corruption_stage;
 pub mod kernel_stage;
 pub mod link_stage;
+pub mod memory;
+pub mod memory_stage;
 pub mod peers;
 
 use serde::{Deserialize, Serialize};
