@@ -123,6 +123,13 @@ pub const LINK_LOAD_SECONDS: OptionSpec = OptionSpec {
     help: "how long the link-health check copies both ways on every GPU, in seconds",
 };
 
+pub const PULSE_SECONDS: OptionSpec = OptionSpec {
+    key: "pulse_seconds",
+    min: 0.0,
+    max: 3600.0,
+    integer: false,
+    help: "how long every GPU is switched between load and idle together (0: off)",
+};
 pub const MEMORY_FRACTION: OptionSpec = OptionSpec {
     key: "memory_fraction",
     min: 0.01,
@@ -223,7 +230,12 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             ALLREDUCE_MIN_GBPS,
             BURN_SECONDS,
         ],
-        "health" => &[BURN_SECONDS, LINK_LOAD_SECONDS, MEMORY_FRACTION],
+        "health" => &[
+            BURN_SECONDS,
+            LINK_LOAD_SECONDS,
+            MEMORY_FRACTION,
+            PULSE_SECONDS,
+        ],
         "smoke" => &[
             IMAGE_SIZE,
             LOADER_THREADS,

@@ -40,6 +40,7 @@ pub enum StageKind {
     LinkHealth,
     KernelMessages,
     GpuMemory,
+    PowerPulse,
 }
 
 impl StageKind {
@@ -58,6 +59,7 @@ impl StageKind {
             StageKind::LinkHealth => health::link_stage::NAME,
             StageKind::KernelMessages => health::kernel_stage::NAME,
             StageKind::GpuMemory => health::memory_stage::NAME,
+            StageKind::PowerPulse => health::pulse_stage::NAME,
         }
     }
 
@@ -83,6 +85,7 @@ impl StageKind {
             StageKind::LinkHealth => health::link_stage::run(ctx),
             StageKind::KernelMessages => health::kernel_stage::run(ctx),
             StageKind::GpuMemory => health::memory_stage::run(ctx),
+            StageKind::PowerPulse => health::pulse_stage::run(ctx),
         }
     }
 }
@@ -107,6 +110,7 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::GpuCorruption { short: false },
             StageKind::GpuMemory,
             StageKind::LinkHealth,
+            StageKind::PowerPulse,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
         "mlperf-resnet" => Some(vec![StageKind::MlperfResnet]),
@@ -460,7 +464,8 @@ mod tests {
                 "kernel-messages",
                 "gpu-corruption",
                 "gpu-memory",
-                "link-health"
+                "link-health",
+                "power-pulse"
             ]
         );
         assert_eq!(names("smoke"), ["smoke"]);

@@ -196,8 +196,9 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
 }
 
 /// What the health suite does not check yet, said in every run of it.
-pub const NOT_IMPLEMENTED: &str = "not implemented yet in the health suite: the power-transient \
-     pulse and the peer comparison within the box";
+pub const NOT_IMPLEMENTED: &str = "not implemented yet in the health suite: the peer comparison \
+     of host-device bandwidth, power and clocks (GEMM throughput and memory bandwidth are \
+     compared), NVML's replay counter";
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@ pub mod link_stage;
 pub mod memory;
 pub mod memory_stage;
 pub mod peers;
+pub mod pulse_stage;
 
 use serde::{Deserialize, Serialize};
 
