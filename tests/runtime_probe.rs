@@ -410,3 +410,21 @@ fn every_library_is_listed_with_a_status_and_a_missing_one_says_what_was_tried()
         assert_eq!(nccl["status"], "not found", "{nccl}");
     }
 }
+
+#[test]
+fn a_library_that_is_there_but_does_not_load_is_an_error_with_the_loaders_words() {
+    let libs = tempfile::tempdir().unwrap();
+    std::fs::write(libs.path().join("libnccl.so.2"), "not a shared object\n").unwrap();
+    let probe = probe_in_child(libs.path(), &[]);
+    assert_no_panic(&probe);
+    let nccl = probe.report["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "nccl")
+        .unwrap()
+        .clone();
+    assert_eq!(nccl["status"], "error", "{nccl}");
+    let detail = nccl["detail"].as_str().unwrap();
+    assert!(detail.contains("libnccl.so.2"), "{detail}");
+}
