@@ -394,6 +394,26 @@ fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
         "tinyperf's summarizer figure {a}, summarizer {b}"
     );
 
+    // The run folder of five scores as its package does.
+    let folder = tinyperf(&["mlperf", "score", "--json", runs[0].to_str().unwrap()]);
+    let folder: Value = serde_json::from_slice(&folder.stdout).unwrap();
+    assert_eq!(folder["systems"][0]["runs"].as_array().unwrap().len(), 5);
+    assert_eq!(
+        folder["systems"][0]["summarizer_time_to_train_min"],
+        ours["summarizer_time_to_train_min"]
+    );
+    let script = fs::read_to_string(org.join(format!(
+        "benchmarks/resnet/implementations/tinyperf-{}/run_and_time.sh",
+        env!("CARGO_PKG_VERSION")
+    )))
+    .unwrap();
+    assert_eq!(
+        script.matches("tinyperf run mlperf-resnet").count(),
+        5,
+        "{script}"
+    );
+    assert!(!script.contains("runs="), "{script}");
+
     // The run of five packages again from the command line.
     let out = work.path().join("again");
     fs::create_dir(&out).unwrap();

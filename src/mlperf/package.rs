@@ -420,7 +420,8 @@ fn command_line(result: &Result1) -> String {
     let mut line = format!("tinyperf run {suite} --state-dir /var/lib/tinyperf");
     if let Some(options) = record["options"].as_object() {
         for (key, value) in options {
-            if key == "seed" {
+            // One line is one run, with its own seed.
+            if key == "seed" || key == "runs" {
                 continue;
             }
             let value = match value {

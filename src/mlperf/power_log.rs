@@ -18,6 +18,8 @@ use crate::runtime::power::{PowerKind, PowerMeter};
 
 /// The rules ask for at least one reading a second.
 pub const READING_INTERVAL: Duration = Duration::from_secs(1);
+/// How long looking for a source may take.
+const DISCOVERY_WAIT: Duration = Duration::from_secs(15);
 /// The one node a tinybox is.
 pub const NODE: &str = "node_0";
 
@@ -83,9 +85,20 @@ impl PowerLog {
                 }
             });
         let (source, findings, thread) = match thread {
-            Ok(handle) => match ready.recv() {
+            // A BMC that does not answer must not hold the run up.
+            Ok(handle) => match ready.recv_timeout(DISCOVERY_WAIT) {
                 Ok((source, findings)) => (source, findings, Some(handle)),
-                Err(_) => (Err("the power thread ended early".into()), Vec::new(), None),
+                Err(RecvTimeoutError::Timeout) => (
+                    Err(format!(
+                        "the power source did not answer within {} s",
+                        DISCOVERY_WAIT.as_secs()
+                    )),
+                    Vec::new(),
+                    None,
+                ),
+                Err(RecvTimeoutError::Disconnected) => {
+                    (Err("the power thread ended early".into()), Vec::new(), None)
+                }
             },
             Err(e) => (
                 Err(format!("cannot start the power thread: {e}")),

@@ -89,6 +89,17 @@ fn system_folder(dir: &Path, out: &mut Vec<SystemSource>) -> Result<(), MlperfEr
     Ok(())
 }
 
+/// The MLLOGs of a run folder of several runs (`result_N/mllog.txt`).
+fn run_of_several(dir: &Path) -> Result<Option<Vec<PathBuf>>, MlperfError> {
+    let logs: Vec<PathBuf> = subdirs(dir)?
+        .into_iter()
+        .filter(|d| name_of(d).starts_with("result_"))
+        .map(|d| d.join("mllog.txt"))
+        .filter(|f| f.is_file())
+        .collect();
+    Ok((!logs.is_empty()).then_some(logs))
+}
+
 /// Sorts `paths` into systems.
 pub fn collect(paths: &[PathBuf]) -> Result<Vec<SystemSource>, MlperfError> {
     let mut systems = Vec::new();
@@ -118,6 +129,9 @@ pub fn collect(paths: &[PathBuf]) -> Result<Vec<SystemSource>, MlperfError> {
         } else if path.join("mllog.txt").is_file() {
             loose.push(path.join("mllog.txt"));
             continue;
+        } else if let Some(logs) = run_of_several(path)? {
+            loose.extend(logs);
+            continue;
         } else if path.join(BENCHMARK).is_dir() {
             system_folder(path, &mut systems)?;
         } else {
@@ -139,7 +153,16 @@ pub fn collect(paths: &[PathBuf]) -> Result<Vec<SystemSource>, MlperfError> {
             })
             .unwrap_or_else(|| "unnamed".to_string());
         let name = match file.file_name().and_then(|n| n.to_str()) {
-            Some("mllog.txt") => file.parent().map(name_of).unwrap_or_else(|| "mllog".into()),
+            Some("mllog.txt") => {
+                let parent = file.parent();
+                let run = parent.map(name_of).unwrap_or_else(|| "mllog".into());
+                match parent.and_then(Path::parent) {
+                    Some(outer) if run.starts_with("result_") => {
+                        format!("{}/{run}", name_of(outer))
+                    }
+                    _ => run,
+                }
+            }
             _ => name_of(&file),
         };
         by_platform.entry(platform).or_default().push((name, file));
