@@ -322,7 +322,7 @@ pub fn olympic_by(
 }
 
 impl SystemScore {
-    /// Scores `runs` of `system`; `energy` says whether the result has power logs.
+    /// Scores `runs` of `system`; `has_power` says whether the result has power logs.
     pub fn of(
         system: &str,
         runs: Vec<RunScore>,
