@@ -13,7 +13,7 @@ use super::event::WorkerEvent;
 use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
 use super::{
-    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, health, inventory_stage,
+    cpu_gemm, external, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, health, inventory_stage,
     mlperf_package, mlperf_resnet, options, smoke, train_throughput,
 };
 use crate::agent::store::{new_run_id, Artifact, Store};
@@ -37,6 +37,8 @@ pub enum StageKind {
     MlperfResnetRun(u8),
     /// The submission package of the runs before it.
     MlperfPackage,
+    /// Another framework's benchmark, run as a command.
+    External,
     /// The silent-corruption check, its load `health`'s minutes or `acceptance`'s seconds.
     GpuCorruption {
         short: bool,
@@ -61,6 +63,7 @@ impl StageKind {
             StageKind::MlperfResnet => mlperf_resnet::NAME,
             StageKind::MlperfResnetRun(n) => mlperf_resnet::run_name(n),
             StageKind::MlperfPackage => mlperf_package::NAME,
+            StageKind::External => external::NAME,
             StageKind::GpuCorruption { .. } => health::corruption_stage::NAME,
             StageKind::LinkHealth => health::link_stage::NAME,
             StageKind::KernelMessages => health::kernel_stage::NAME,
@@ -82,6 +85,7 @@ impl StageKind {
             StageKind::MlperfResnet => mlperf_resnet::run(ctx, None),
             StageKind::MlperfResnetRun(n) => mlperf_resnet::run(ctx, Some(n)),
             StageKind::MlperfPackage => mlperf_package::run(ctx),
+            StageKind::External => external::run(ctx),
             StageKind::GpuCorruption { short } => health::corruption_stage::run(
                 ctx,
                 if short {
@@ -141,6 +145,7 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
         "mlperf-resnet" => Some(vec![StageKind::MlperfResnet]),
+        "external" => Some(vec![StageKind::External]),
         _ => None,
     }
 }

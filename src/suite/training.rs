@@ -284,7 +284,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
 
 /// The run's energy the MLPerf way, from its power log over its MLLOG's time to train:
 /// joules, kWh and images per joule, and what the readings measured.
-fn record_energy(
+pub(crate) fn record_energy(
     report: &mut StageReport,
     power: Result<PowerLogOutcome, String>,
     mllog: &Path,
