@@ -373,6 +373,21 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     if let Some(e) = sink_error {
         tracing::warn!(error = %e, "lost the event reader");
     }
+    if suite == health::SUITE {
+        let result = health::result::from_record(&record);
+        if format == EventFormat::Human {
+            print!("{}", health::result::table(&result));
+        }
+        if let Some(dir) = &run_options.run_dir {
+            let path = dir.join(health::result::FILE_NAME);
+            let written = serde_json::to_vec_pretty(&result)
+                .map_err(std::io::Error::other)
+                .and_then(|json| std::fs::write(&path, json));
+            if let Err(e) = written {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the health result");
+            }
+        }
+    }
     Ok(exit_status(&suite, state, &record))
 }
 
@@ -403,21 +418,10 @@ pub fn health(mut args: RunArgs) -> anyhow::Result<i32> {
 /// 0 when the run passed, 1 otherwise; the health suite tells a GPU that failed (1) from
 /// a check that could not run (3), so a script never mistakes one for the other.
 fn exit_status(suite: &str, state: RunState, record: &RunRecord) -> i32 {
-    if suite != health::SUITE {
-        return i32::from(state != RunState::Passed);
-    }
-    let verdicts = || {
-        record
-            .stages
-            .iter()
-            .flat_map(|s| std::iter::once(s.verdict).chain(s.checks.iter().map(|c| c.verdict)))
-    };
-    if verdicts().any(|v| v == Verdict::Fail) {
-        1
-    } else if verdicts().any(|v| v == Verdict::Error) || state != RunState::Passed {
-        3
+    if suite == health::SUITE {
+        health::result::exit_status(record)
     } else {
-        0
+        i32::from(state != RunState::Passed)
     }
 }
 
