@@ -41,6 +41,7 @@ pub enum StageKind {
     KernelMessages,
     GpuMemory,
     PowerPulse,
+    Throttling,
 }
 
 impl StageKind {
@@ -60,6 +61,7 @@ impl StageKind {
             StageKind::KernelMessages => health::kernel_stage::NAME,
             StageKind::GpuMemory => health::memory_stage::NAME,
             StageKind::PowerPulse => health::pulse_stage::NAME,
+            StageKind::Throttling => health::throttle_stage::NAME,
         }
     }
 
@@ -86,6 +88,7 @@ impl StageKind {
             StageKind::KernelMessages => health::kernel_stage::run(ctx),
             StageKind::GpuMemory => health::memory_stage::run(ctx),
             StageKind::PowerPulse => health::pulse_stage::run(ctx),
+            StageKind::Throttling => health::throttle_stage::run(ctx),
         }
     }
 }
@@ -110,6 +113,7 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::GpuCorruption { short: false },
             StageKind::GpuMemory,
             StageKind::LinkHealth,
+            StageKind::Throttling,
             StageKind::PowerPulse,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
@@ -469,6 +473,7 @@ mod tests {
                 "gpu-corruption",
                 "gpu-memory",
                 "link-health",
+                "throttling",
                 "power-pulse"
             ]
         );

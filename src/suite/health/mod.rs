@@ -11,6 +11,7 @@ pub mod memory_stage;
 pub mod peers;
 pub mod pulse_stage;
 pub mod result;
+pub mod throttle_stage;
 
 use serde::{Deserialize, Serialize};
 
