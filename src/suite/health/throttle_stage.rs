@@ -31,6 +31,33 @@ struct Watched {
     peak_power_w: Option<f64>,
 }
 
+/// The throttling check of one GPU from what its telemetry said while loaded.
+fn judge_throttling(seen: &Watched) -> (String, Verdict) {
+    let trouble: Vec<String> = seen
+        .reasons
+        .iter()
+        .filter(|(r, _)| ThrottleReason::parse(r).is_some_and(is_trouble))
+        .map(|(r, n)| format!("{r} in {n} of {} samples", seen.samples))
+        .collect();
+    if seen.told == 0 {
+        (
+            "this GPU's telemetry cannot tell throttling".to_string(),
+            Verdict::Skip,
+        )
+    } else if trouble.is_empty() {
+        let at_cap = seen.reasons.get("sw_power_cap").copied().unwrap_or(0);
+        (
+            format!(
+                "none beyond its power limit (held there in {at_cap} of {} samples)",
+                seen.samples
+            ),
+            Verdict::Pass,
+        )
+    } else {
+        (trouble.join(", "), Verdict::Fail)
+    }
+}
+
 /// A reason that means the card is in trouble under load, not at its normal limit.
 fn is_trouble(reason: ThrottleReason) -> bool {
     reason.is_thermal_or_power() && reason != ThrottleReason::SwPowerCap
@@ -109,29 +136,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         if let Some(peak) = seen.peak_power_w {
             report.metric(&format!("gpu{i}_peak_power_w"), peak, "W");
         }
-        let trouble: Vec<String> = seen
-            .reasons
-            .iter()
-            .filter(|(r, _)| ThrottleReason::parse(r).is_some_and(is_trouble))
-            .map(|(r, n)| format!("{r} in {n} of {} samples", seen.samples))
-            .collect();
-        let (found, verdict) = if seen.told == 0 {
-            (
-                "this GPU's telemetry cannot tell throttling".to_string(),
-                Verdict::Skip,
-            )
-        } else if trouble.is_empty() {
-            let at_cap = seen.reasons.get("sw_power_cap").copied().unwrap_or(0);
-            (
-                format!(
-                    "none beyond its power limit (held there in {at_cap} of {} samples)",
-                    seen.samples
-                ),
-                Verdict::Pass,
-            )
-        } else {
-            (trouble.join(", "), Verdict::Fail)
-        };
+        let (found, verdict) = judge_throttling(&seen);
         report.checks.push(Check {
             name: "throttling under load".into(),
             subject: subject.clone(),
@@ -166,4 +171,36 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             .into(),
     );
     report.finish(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(reasons: &[(&'static str, usize)], told: usize) -> Watched {
+        Watched {
+            samples: 40,
+            told,
+            reasons: reasons.iter().copied().collect(),
+            ..Watched::default()
+        }
+    }
+
+    #[test]
+    fn the_power_limit_passes_heat_and_a_power_brake_fail_silence_skips() {
+        assert_eq!(
+            judge_throttling(&seen(&[("sw_power_cap", 38)], 40)).1,
+            Verdict::Pass
+        );
+        let (found, verdict) =
+            judge_throttling(&seen(&[("sw_power_cap", 30), ("hw_thermal", 4)], 40));
+        assert_eq!(verdict, Verdict::Fail);
+        assert_eq!(found, "hw_thermal in 4 of 40 samples");
+        assert_eq!(
+            judge_throttling(&seen(&[("hw_power_brake", 1)], 40)).1,
+            Verdict::Fail
+        );
+        assert_eq!(judge_throttling(&seen(&[], 0)).1, Verdict::Skip);
+        assert_eq!(judge_throttling(&seen(&[("idle", 3)], 40)).1, Verdict::Pass);
+    }
 }
