@@ -130,6 +130,13 @@ pub const PULSE_SECONDS: OptionSpec = OptionSpec {
     integer: false,
     help: "how long every GPU is switched between load and idle together (0: off)",
 };
+pub const THROTTLE_SECONDS: OptionSpec = OptionSpec {
+    key: "throttle_seconds",
+    min: 1.0,
+    max: 3600.0,
+    integer: false,
+    help: "how long every GPU is loaded while its throttling and temperatures are watched",
+};
 pub const MEMORY_FRACTION: OptionSpec = OptionSpec {
     key: "memory_fraction",
     min: 0.01,

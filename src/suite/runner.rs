@@ -47,6 +47,7 @@ pub enum StageKind {
     KernelMessages,
     GpuMemory,
     PowerPulse,
+    Throttling,
 }
 
 impl StageKind {
@@ -69,6 +70,7 @@ impl StageKind {
             StageKind::KernelMessages => health::kernel_stage::NAME,
             StageKind::GpuMemory => health::memory_stage::NAME,
             StageKind::PowerPulse => health::pulse_stage::NAME,
+            StageKind::Throttling => health::throttle_stage::NAME,
         }
     }
 
@@ -98,6 +100,7 @@ impl StageKind {
             StageKind::KernelMessages => health::kernel_stage::run(ctx),
             StageKind::GpuMemory => health::memory_stage::run(ctx),
             StageKind::PowerPulse => health::pulse_stage::run(ctx),
+            StageKind::Throttling => health::throttle_stage::run(ctx),
         }
     }
 }
@@ -141,6 +144,7 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::GpuCorruption { short: false },
             StageKind::GpuMemory,
             StageKind::LinkHealth,
+            StageKind::Throttling,
             StageKind::PowerPulse,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
@@ -406,6 +410,21 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     if let Some(e) = sink_error {
         tracing::warn!(error = %e, "lost the event reader");
     }
+    if suite == health::SUITE {
+        let result = health::result::from_record(&record);
+        if format == EventFormat::Human {
+            print!("{}", health::result::table(&result));
+        }
+        if let Some(dir) = &run_options.run_dir {
+            let path = dir.join(health::result::FILE_NAME);
+            let written = serde_json::to_vec_pretty(&result)
+                .map_err(std::io::Error::other)
+                .and_then(|json| std::fs::write(&path, json));
+            if let Err(e) = written {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the health result");
+            }
+        }
+    }
     Ok(exit_status(&suite, state, &record))
 }
 
@@ -436,21 +455,10 @@ pub fn health(mut args: RunArgs) -> anyhow::Result<i32> {
 /// 0 when the run passed, 1 otherwise; the health suite tells a GPU that failed (1) from
 /// a check that could not run (3), so a script never mistakes one for the other.
 fn exit_status(suite: &str, state: RunState, record: &RunRecord) -> i32 {
-    if suite != health::SUITE {
-        return i32::from(state != RunState::Passed);
-    }
-    let verdicts = || {
-        record
-            .stages
-            .iter()
-            .flat_map(|s| std::iter::once(s.verdict).chain(s.checks.iter().map(|c| c.verdict)))
-    };
-    if verdicts().any(|v| v == Verdict::Fail) {
-        1
-    } else if verdicts().any(|v| v == Verdict::Error) || state != RunState::Passed {
-        3
+    if suite == health::SUITE {
+        health::result::exit_status(record)
     } else {
-        0
+        i32::from(state != RunState::Passed)
     }
 }
 
@@ -498,6 +506,7 @@ mod tests {
                 "gpu-corruption",
                 "gpu-memory",
                 "link-health",
+                "throttling",
                 "power-pulse"
             ]
         );

@@ -10,6 +10,8 @@ pub mod memory;
 pub mod memory_stage;
 pub mod peers;
 pub mod pulse_stage;
+pub mod result;
+pub mod throttle_stage;
 
 use serde::{Deserialize, Serialize};
 
