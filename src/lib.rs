@@ -10,6 +10,7 @@ pub mod cli;
 pub mod echo;
 pub mod engine;
 pub mod inventory;
+pub mod mlperf;
 pub mod record;
 pub mod runtime;
 pub mod suite;

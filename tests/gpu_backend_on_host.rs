@@ -707,3 +707,68 @@ mod corruption_check {
             .all(|g| g.outcome() == Outcome::Pass));
     }
 }
+
+mod memory_test {
+    use super::*;
+    use tinyperf::suite::health::memory;
+
+    const CHUNK: usize = 32 * 1024;
+
+    #[test]
+    fn the_memory_test_passes_good_memory_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let found = memory::test(device.as_ref(), 2 * CHUNK as u64, CHUNK, 7).unwrap();
+        assert_eq!(found.tested_bytes, 2 * CHUNK as u64);
+        assert!(found.bad.is_empty(), "{found:?}");
+        assert!(found.gbps > 0.0);
+    }
+
+    #[test]
+    fn the_memory_test_finds_a_bit_that_does_not_hold_and_names_its_range_on_an_emulated_device() {
+        // A word whose bit 5 flips after every write: memory that does not hold.
+        let faulty = BitFlippingDevice {
+            inner: EmulatedDevice::shared(),
+            kernel: "health_memory_write",
+            index: 100,
+            bit: 5,
+        };
+        let found = memory::test(&faulty, 2 * CHUNK as u64, CHUNK, 7).unwrap();
+        // The word is wrong after each of the six writes, in both chunks.
+        assert_eq!(found.bad.len(), 2, "{found:?}");
+        let first = &found.bad[0];
+        assert_eq!(first.offset, 0);
+        assert_eq!(first.errors, 6);
+        assert_eq!(first.first_bad_offset, 400);
+        assert_eq!(found.bad[1].offset, CHUNK as u64);
+    }
+}
+
+#[test]
+fn gpus_pulsed_together_all_finish_even_when_one_cannot_load_on_an_emulated_device() {
+    use std::sync::Barrier;
+    use std::time::{Duration, Instant};
+    use tinyperf::suite::health::pulse_stage::pulse;
+
+    // The emulated device has no vendor BLAS, so its products fail: each GPU thread must
+    // still meet every barrier and end, never leaving the others waiting.
+    let drivers: Vec<Arc<EmulatedDevice>> = vec![EmulatedDevice::shared(); 3];
+    let barrier = Barrier::new(drivers.len());
+    let started = Instant::now();
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = drivers
+            .iter()
+            .map(|d| {
+                let barrier = &barrier;
+                scope.spawn(move || pulse(d.as_ref(), barrier, Duration::from_millis(200)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(results.iter().all(|r| r.is_err()), "{results:?}");
+    // Four frequencies of 0.2 s each, idle halves included, and no more.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::options::{
-    self, BURN_SECONDS, GEMM_SECONDS, GPU_GEMM_SECONDS, LINK_LOAD_SECONDS, STAGE_TIMEOUT_S,
+    self, BURN_SECONDS, GEMM_SECONDS, GPU_GEMM_SECONDS, LINK_LOAD_SECONDS, PULSE_SECONDS,
+    STAGE_TIMEOUT_S, THROTTLE_SECONDS,
 };
 
 /// How often the worker sends a heartbeat while it runs.
@@ -59,6 +60,22 @@ pub fn stage_deadline(stage: &str, options: &Map<String, Value>) -> Duration {
                         super::health::link_stage::DEFAULT_LOAD_SECONDS,
                     )
         }
+        "gpu-memory" => (30 * MINUTE) as f64,
+        "power-pulse" => (15 * MINUTE) as f64 + 4.0 * seconds(PULSE_SECONDS, 0.0),
+        "throttling" => {
+            (10 * MINUTE) as f64
+                + 8.0
+                    * seconds(
+                        THROTTLE_SECONDS,
+                        super::health::throttle_stage::DEFAULT_SECONDS,
+                    )
+        }
+        // The command's own timeout, when it has one, and time to stop it and score it.
+        "external" => options
+            .get("timeout_s")
+            .and_then(Value::as_f64)
+            .map_or((72 * HOUR) as f64, |t| t + (10 * MINUTE) as f64),
+        "mlperf-package" => (30 * MINUTE) as f64,
         "train-throughput" => HOUR as f64,
         "smoke" => (2 * HOUR) as f64,
         // Hours on a tinybox; a CPU-only machine may take days.

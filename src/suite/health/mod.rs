@@ -6,7 +6,12 @@ pub mod corruption;
 pub mod corruption_stage;
 pub mod kernel_stage;
 pub mod link_stage;
+pub mod memory;
+pub mod memory_stage;
 pub mod peers;
+pub mod pulse_stage;
+pub mod result;
+pub mod throttle_stage;
 
 use serde::{Deserialize, Serialize};
 

@@ -108,6 +108,8 @@ pub const KERNEL_NAMES: &[&str] = &[
     "global_avg_backward_bf16",
     "health_integer_mix",
     "health_transcendental",
+    "health_memory_write",
+    "health_memory_check",
 ];
 
 /// The complete translation unit for `dialect`.
