@@ -198,6 +198,7 @@ fn last_run(out: &mut Exposition, run: &RunRecord) {
             duration,
         );
     }
+    gpu_checks(out, run);
     if run.stages.iter().all(|stage| stage.metrics.is_empty()) {
         return;
     }
@@ -218,6 +219,43 @@ fn last_run(out: &mut Exposition, run: &RunRecord) {
                 ],
                 metric.value,
             );
+        }
+    }
+}
+
+/// Each check of the last finished run that is about one GPU (the health suite's, the
+/// acceptance GPU stages'), as a set of states: one sample per outcome, 1 for the one it
+/// had, so a fleet can alert on `outcome="fail"` by GPU.
+fn gpu_checks(out: &mut Exposition, run: &RunRecord) {
+    const OUTCOMES: [Verdict; 4] = [Verdict::Pass, Verdict::Fail, Verdict::Skip, Verdict::Error];
+    let mut started = false;
+    for stage in &run.stages {
+        for check in &stage.checks {
+            let Some(gpu) = check.subject.as_deref() else {
+                continue;
+            };
+            if !started {
+                out.family(
+                    "tinyperf_suite_gpu_check_outcome",
+                    "gauge",
+                    "1 for the outcome each check about one GPU had in the last finished run, \
+                     0 for the others; gpu is its PCI address.",
+                );
+                started = true;
+            }
+            for outcome in OUTCOMES {
+                out.sample(
+                    "tinyperf_suite_gpu_check_outcome",
+                    &[
+                        ("suite", run.suite.as_str()),
+                        ("stage", stage.name.as_str()),
+                        ("check", check.name.as_str()),
+                        ("gpu", gpu),
+                        ("outcome", outcome.as_str()),
+                    ],
+                    bool_value(check.verdict == outcome),
+                );
+            }
         }
     }
 }
@@ -334,7 +372,13 @@ mod tests {
             started_at: Utc::now(),
             finished_at: Utc::now(),
             metrics: vec![Metric::new("tflops \"fp16\"", 165.5, "TFLOP/s")],
-            checks: vec![],
+            checks: vec![crate::record::Check {
+                name: "silent corruption".into(),
+                subject: Some("0000:41:00.0".into()),
+                expected: "identical".into(),
+                found: "differs".into(),
+                verdict: Verdict::Fail,
+            }],
             findings: vec![],
             message: None,
         });
@@ -367,6 +411,8 @@ mod tests {
             "tinyperf_inventory_checks{verdict=\"fail\"} 1",
             "tinyperf_suite_last_run_info{run_id=\"r1\",suite=\"acceptance\",state=\"passed\"} 1",
             "tinyperf_suite_last_run_passed{suite=\"acceptance\"} 1",
+            "tinyperf_suite_gpu_check_outcome{suite=\"acceptance\",stage=\"gemm\",check=\"silent corruption\",gpu=\"0000:41:00.0\",outcome=\"fail\"} 1",
+            "tinyperf_suite_gpu_check_outcome{suite=\"acceptance\",stage=\"gemm\",check=\"silent corruption\",gpu=\"0000:41:00.0\",outcome=\"pass\"} 0",
             "tinyperf_suite_stage_metric{suite=\"acceptance\",stage=\"gemm\",metric=\"tflops \\\"fp16\\\"\",unit=\"TFLOP/s\"} 165.5",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
