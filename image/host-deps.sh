@@ -8,7 +8,8 @@ case "$what" in
 build)
     # command -> Debian package
     tools="mmdebstrap:mmdebstrap mcopy:mtools mkfs.vfat:dosfstools sfdisk:fdisk
-           mke2fs:e2fsprogs zstd:zstd bmaptool:bmap-tools sha256sum:coreutils curl:curl"
+           mke2fs:e2fsprogs zstd:zstd bmaptool:bmap-tools sha256sum:coreutils curl:curl
+           python3:python3"
     ;;
 test)
     tools="qemu-system-x86_64:qemu-system-x86 curl:curl jq:jq ss:iproute2 sfdisk:fdisk mcopy:mtools debugfs:e2fsprogs"
