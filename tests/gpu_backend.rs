@@ -36,6 +36,10 @@ fn assert_no_panic(output: &Output) {
 /// Builds tests/fixtures/FIXTURE/FIXTURE.c into `dir` under the first name, the others
 /// being links to it.
 fn build_fake(dir: &Path, fixture: &str, names: &[&str]) {
+    build_fake_with(dir, fixture, names, &[]);
+}
+
+fn build_fake_with(dir: &Path, fixture: &str, names: &[&str], defines: &[&str]) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(fixture)
@@ -44,6 +48,7 @@ fn build_fake(dir: &Path, fixture: &str, names: &[&str]) {
     let gcc = Command::new("gcc")
         .args(["-shared", "-fPIC", "-o"])
         .arg(&target)
+        .args(defines)
         .arg(&source)
         .output()
         .expect("gcc runs");
@@ -51,6 +56,15 @@ fn build_fake(dir: &Path, fixture: &str, names: &[&str]) {
     for alias in &names[1..] {
         std::os::unix::fs::symlink(&target, dir.join(alias)).unwrap();
     }
+}
+
+/// Whether the loader cache of this machine holds a real copy of `library`.
+fn system_has_library(library: &str) -> bool {
+    Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).contains(library))
+        .unwrap_or(false)
 }
 
 fn runs_in(state: &Path) -> usize {
@@ -94,7 +108,13 @@ fn a_hip_run_without_rocm_stops_with_the_reason() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("backend hip cannot be used"), "{stderr}");
-    assert!(stderr.contains("libamdhip64"), "{stderr}");
+    // make test-deps installs Debian's HIP runtime (for its hiprtc), but no rocBLAS.
+    let missing = if system_has_library("libamdhip64.so") {
+        "librocblas"
+    } else {
+        "libamdhip64"
+    };
+    assert!(stderr.contains(missing), "{stderr}");
     assert_no_panic(&out);
 }
 
@@ -140,7 +160,37 @@ fn a_hip_run_with_fake_libamdhip64_but_no_hiprtc_names_the_missing_library() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("hiprtc library (libhiprtc.so) not found"),
+        stderr.contains(
+            "hiprtc library (libhiprtc.so, or inside libamdhip64 before ROCm 6) not found"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("has no hiprtc either"), "{stderr}");
+    assert_no_panic(&out);
+}
+
+#[test]
+fn a_hip_run_with_a_rocm_5_7_shaped_libamdhip64_finds_hiprtc_inside_it_and_names_rocblas() {
+    let libs = tempfile::tempdir().unwrap();
+    build_fake_with(
+        libs.path(),
+        "fake-libamdhip64",
+        &["libamdhip64.so.5"],
+        &["-DFAKE_ROCM5"],
+    );
+    let out = tinyperf(
+        libs.path(),
+        &["run", "--suite", "smoke", "--backend", "hip"],
+        &[("FAKE_HIP_DEVICES", "2")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        !stderr.contains("hiprtc"),
+        "hiprtc was found inside: {stderr}"
+    );
+    assert!(
+        stderr.contains("rocBLAS library (librocblas) not found"),
         "{stderr}"
     );
     assert_no_panic(&out);
@@ -154,7 +204,12 @@ fn gpu_check_without_a_gpu_says_why_for_each_runtime() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("no GPU to check"), "{stderr}");
     assert!(stderr.contains("CUDA: CUDA driver library"), "{stderr}");
-    assert!(stderr.contains("HIP: HIP runtime library"), "{stderr}");
+    let hip_missing = if system_has_library("libamdhip64.so") {
+        "HIP: rocBLAS library"
+    } else {
+        "HIP: HIP runtime library"
+    };
+    assert!(stderr.contains(hip_missing), "{stderr}");
     assert_no_panic(&out);
     let out = tinyperf(libs.path(), &["gpu", "check", "--backend", "cpu"], &[]);
     assert_eq!(out.status.code(), Some(2));

@@ -92,9 +92,8 @@ fn an_architecture_nvrtc_rejects_prints_its_log_and_fails_while_the_others_compi
     );
 }
 
-/// Debian 12's ROCm 5.2 builds hiprtc into libamdhip64.so.5; ROCm 5.3 and later, which
-/// the backend is written for, ship it as libhiprtc.so. A folder holding that name for
-/// Debian's library stands in for the later layout.
+/// Debian 12's ROCm 5.2 builds hiprtc into libamdhip64.so.5, as Debian 13's ROCm 5.7 does:
+/// the backend finds it there. A folder holding only that library, by that name.
 fn debian_hiprtc_dir() -> tempfile::TempDir {
     let library = Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5");
     assert!(
@@ -103,7 +102,7 @@ fn debian_hiprtc_dir() -> tempfile::TempDir {
         library.display()
     );
     let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink(library, dir.path().join("libhiprtc.so")).unwrap();
+    std::os::unix::fs::symlink(library, dir.path().join("libamdhip64.so.5")).unwrap();
     dir
 }
 
@@ -118,15 +117,33 @@ fn hiprtc_compiles_every_kernel_in_the_hip_dialect_for_rdna2_and_cdna2() {
     assert_all_compiled(&output, &["gfx1030", "gfx90a"], "hiprtc");
 }
 
+/// tests/fixtures/fake-libamdhip64 as ROCm 6 names it: no hiprtc inside.
+fn build_rocm6_shaped_hip_runtime(dir: &Path) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/fake-libamdhip64/fake_libamdhip64.c");
+    let output = Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(dir.join("libamdhip64.so.6"))
+        .arg(&source)
+        .output()
+        .expect("gcc runs");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
 #[test]
 fn without_the_compilers_gpu_compile_names_the_missing_library() {
     let empty = tempfile::tempdir().unwrap();
     let cuda = gpu_compile(empty.path(), &["--runtime", "cuda"]);
     assert_eq!(cuda.status.code(), Some(1));
     assert!(text(&cuda.stderr).contains("NVRTC library (libnvrtc.so) not found"));
-    let hip = gpu_compile(empty.path(), &["--runtime", "hip"]);
-    assert_eq!(hip.status.code(), Some(1));
-    assert!(text(&hip.stderr).contains("hiprtc library (libhiprtc.so) not found"));
+    // make test-deps installs Debian's HIP runtime, which holds a hiprtc; a ROCm 6-shaped
+    // HIP runtime found first, with no libhiprtc beside it, leaves no compiler.
+    let rocm6 = tempfile::tempdir().unwrap();
+    build_rocm6_shaped_hip_runtime(rocm6.path());
+    let hip = gpu_compile(rocm6.path(), &["--runtime", "hip"]);
+    assert_eq!(hip.status.code(), Some(1), "{}", text(&hip.stderr));
+    assert!(text(&hip.stderr)
+        .contains("hiprtc library (libhiprtc.so, or inside libamdhip64 before ROCm 6) not found"));
     let unknown = gpu_compile(empty.path(), &["--runtime", "opencl"]);
     assert_eq!(unknown.status.code(), Some(2), "a usage error");
 }

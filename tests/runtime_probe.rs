@@ -117,6 +117,17 @@ fn build_fake_libamdhip64(dir: &Path) {
     );
 }
 
+/// Shaped like Debian 13's ROCm 5.7: only the `.so.5` soname, the pre-6.0 properties
+/// entry point, and hiprtc inside the library.
+fn build_fake_libamdhip64_rocm5(dir: &Path) {
+    build_fake(
+        dir,
+        "fake-libamdhip64",
+        &["libamdhip64.so.5"],
+        &["-DFAKE_ROCM5"],
+    );
+}
+
 fn build_fake_libnvidia_ml(dir: &Path) {
     build_fake(
         dir,
@@ -306,4 +317,30 @@ fn with_all_three_fake_libraries_and_no_gpu_every_runtime_reports_a_finding() {
             "{runtime}"
         );
     }
+}
+
+#[test]
+fn with_a_rocm_5_7_shaped_libamdhip64_the_gpu_is_listed_with_its_gfx_target() {
+    let libs = tempfile::tempdir().unwrap();
+    build_fake_libamdhip64_rocm5(libs.path());
+    let probe = probe_in_child(libs.path(), &[("FAKE_HIP_DEVICES", "2".into())]);
+    assert_no_panic(&probe);
+    let hip = &probe.report["hip"];
+    assert_eq!(hip["loaded"], true, "{hip}");
+    assert_eq!(hip["finding"], Value::Null, "{hip}");
+    assert_eq!(hip["driver_version"], "5.7.31921");
+    let devices = hip["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2, "{hip}");
+    assert_eq!(devices[0]["arch"], "gfx1100", "{hip}");
+    assert_eq!(devices[1]["pci_address"], "0000:c4:00.0", "{hip}");
+}
+
+#[test]
+fn with_a_rocm_5_7_shaped_libamdhip64_and_no_gpu_hip_says_no_device() {
+    let libs = tempfile::tempdir().unwrap();
+    build_fake_libamdhip64_rocm5(libs.path());
+    let probe = probe_in_child(libs.path(), &[]);
+    assert_no_panic(&probe);
+    assert_eq!(probe.report["hip"]["loaded"], true);
+    assert_eq!(probe.report["hip"]["finding"], "no device");
 }

@@ -61,6 +61,10 @@ pub struct GpuCompileArgs {
     /// and gfx942 for hip).
     #[arg(long = "arch", value_name = "ARCH")]
     pub archs: Vec<String>,
+    /// Print one JSON object (compiler, and per architecture the image's format, target
+    /// and kernels) instead of lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -1,75 +1,54 @@
-//! HIP through the runtime API (rocmrc, loaded at run time).
+//! HIP through the runtime API of whichever ROCm is installed (see [`super::rocm`]).
 
-use std::ffi::{c_char, c_int, c_void};
-use std::mem::MaybeUninit;
+use std::ffi::{c_char, c_int};
 
-use rocmrc::hip::result::{self, HipError};
-use rocmrc::hip::sys::{self, hipDeviceProp_tR0600, hipError_t};
-
+use super::rocm::{self, api::HIP_ERROR_NO_DEVICE, api::HIP_SUCCESS, Hip};
 use super::{guard, join_findings, normalise_pci_address, string_from_c_buffer};
 use super::{RuntimeDevice, RuntimeStatus, NO_DEVICE};
 
 pub(super) const LIBRARY_NOT_FOUND: &str = "HIP runtime library not found";
 
-/// Every entry point the probe calls. rocmrc resolves a symbol on first call and panics
-/// when it is missing, so the probe checks them all before calling any.
-const REQUIRED_SYMBOLS: &[&str] = &[
-    "hipInit",
-    "hipDriverGetVersion",
-    "hipGetDeviceCount",
-    "hipDeviceGet",
-    "hipDeviceGetName",
-    "hipDeviceTotalMem",
-    "hipDeviceGetPCIBusId",
-];
-
-/// Gives the gfx target; ROCm before 6.0 does not have it, and the probe then reports
-/// the devices without their target.
-const PROPERTIES_SYMBOL: &str = "hipGetDevicePropertiesR0600";
-
 pub(super) fn probe() -> RuntimeStatus {
-    // SAFETY: only tries to open the library by each candidate name and closes it again.
-    let present = guard::catch(|| unsafe { sys::is_rocmlib_present() }).unwrap_or(false);
-    if !present {
-        return RuntimeStatus::absent(LIBRARY_NOT_FOUND);
-    }
-    guard::catch(query).unwrap_or_else(|panic| {
+    let hip = match rocm::hip() {
+        Ok(hip) => hip,
+        Err(error) if error.is_not_found() => return RuntimeStatus::absent(LIBRARY_NOT_FOUND),
+        Err(error) => return RuntimeStatus::loaded_with_finding(error.to_string()),
+    };
+    guard::catch(|| query(hip)).unwrap_or_else(|panic| {
         RuntimeStatus::loaded_with_finding(format!("the HIP runtime library failed: {panic}"))
     })
 }
 
-fn query() -> RuntimeStatus {
-    // SAFETY: the library was found a moment ago; `rocmlib` opens it by the same names.
-    let library = unsafe { sys::rocmlib() };
-    // SAFETY: looks a symbol up without calling it.
-    let has_symbol =
-        |symbol: &str| unsafe { library.get::<*const c_void>(symbol.as_bytes()) }.is_ok();
-    let missing: Vec<&str> = REQUIRED_SYMBOLS
-        .iter()
-        .copied()
-        .filter(|symbol| !has_symbol(symbol))
-        .collect();
-    if !missing.is_empty() {
-        return RuntimeStatus::loaded_with_finding(format!(
-            "the HIP runtime library lacks {}",
-            missing.join(", ")
-        ));
+fn query(hip: &Hip) -> RuntimeStatus {
+    let api = &hip.api;
+    // SAFETY: every entry point was resolved when the library was opened.
+    let init = unsafe { (api.hipInit)(0) };
+    let mut version = 0;
+    // SAFETY: writes one int.
+    let driver_version = (unsafe { (api.hipDriverGetVersion)(&mut version) } == HIP_SUCCESS)
+        .then(|| rocm::format_hip_version(version));
+    if init != HIP_SUCCESS {
+        // Without the amdgpu driver's compute node, ROCm 5 fails hipInit with
+        // hipErrorInvalidDevice where ROCm 6 says hipErrorNoDevice: both mean no GPU.
+        let finding = if init == HIP_ERROR_NO_DEVICE || !kfd_present() {
+            NO_DEVICE.to_string()
+        } else {
+            describe("hipInit", init)
+        };
+        return RuntimeStatus {
+            driver_version,
+            ..RuntimeStatus::loaded_with_finding(finding)
+        };
     }
-    let has_properties = has_symbol(PROPERTIES_SYMBOL);
-
-    if let Err(error) = result::init() {
-        return RuntimeStatus::loaded_with_finding(describe("hipInit", error));
+    let mut count: c_int = 0;
+    // SAFETY: writes one int.
+    let answer = unsafe { (api.hipGetDeviceCount)(&mut count) };
+    if answer != HIP_SUCCESS {
+        return RuntimeStatus {
+            driver_version,
+            ..RuntimeStatus::loaded_with_finding(describe("hipGetDeviceCount", answer))
+        };
     }
-    let driver_version = result::version::driver().ok().map(format_version);
-    let count = match result::device::get_count() {
-        Ok(count) => count,
-        Err(error) => {
-            return RuntimeStatus {
-                driver_version,
-                ..RuntimeStatus::loaded_with_finding(describe("hipGetDeviceCount", error))
-            }
-        }
-    };
     if count <= 0 {
         return RuntimeStatus {
             driver_version,
@@ -80,7 +59,7 @@ fn query() -> RuntimeStatus {
     let mut devices = Vec::new();
     let mut findings = Vec::new();
     for ordinal in 0..count {
-        match device(ordinal, has_properties) {
+        match device(hip, ordinal) {
             Ok(device) => devices.push(device),
             Err(error) => findings.push(format!("device {ordinal}: {error}")),
         }
@@ -93,83 +72,61 @@ fn query() -> RuntimeStatus {
     }
 }
 
-/// HIP encodes `major * 10_000_000 + minor * 100_000 + patch`: `60443483` → `6.4.43483`.
-fn format_version(version: i32) -> String {
-    format!(
-        "{}.{}.{}",
-        version / 10_000_000,
-        (version / 100_000) % 100,
-        version % 100_000
-    )
-}
-
-fn device(ordinal: c_int, has_properties: bool) -> Result<RuntimeDevice, String> {
-    let handle = result::device::get(ordinal).map_err(|e| describe("hipDeviceGet", e))?;
-    let name = device_name(handle)?;
-    let memory_bytes = result::device::total_mem(handle)
-        .ok()
-        .map(|bytes| bytes as u64);
-    Ok(RuntimeDevice {
-        index: ordinal as u32,
-        name,
-        pci_address: pci_address(ordinal),
-        memory_bytes,
-        arch: has_properties.then(|| gfx_target(ordinal)).flatten(),
-    })
-}
-
-fn device_name(handle: sys::hipDevice_t) -> Result<String, String> {
+fn device(hip: &Hip, ordinal: c_int) -> Result<RuntimeDevice, String> {
+    let api = &hip.api;
+    let mut handle: c_int = 0;
+    // SAFETY: writes one device handle.
+    let answer = unsafe { (api.hipDeviceGet)(&mut handle, ordinal) };
+    if answer != HIP_SUCCESS {
+        return Err(describe("hipDeviceGet", answer));
+    }
     let mut buffer = [0 as c_char; 256];
     // SAFETY: the runtime writes at most `len` bytes into the buffer.
     let answer =
-        unsafe { sys::hipDeviceGetName(buffer.as_mut_ptr(), buffer.len() as c_int, handle) };
-    answer
-        .result()
-        .map_err(|e| describe("hipDeviceGetName", e))?;
-    Ok(string_from_c_buffer(&buffer))
+        unsafe { (api.hipDeviceGetName)(buffer.as_mut_ptr(), buffer.len() as c_int, handle) };
+    if answer != HIP_SUCCESS {
+        return Err(describe("hipDeviceGetName", answer));
+    }
+    let name = string_from_c_buffer(&buffer);
+    let mut bytes = 0usize;
+    // SAFETY: writes one size.
+    let memory_bytes = (unsafe { (api.hipDeviceTotalMem)(&mut bytes, handle) } == HIP_SUCCESS)
+        .then_some(bytes as u64);
+    Ok(RuntimeDevice {
+        index: ordinal as u32,
+        name,
+        pci_address: pci_address(hip, ordinal),
+        memory_bytes,
+        arch: hip
+            .properties
+            .get(ordinal)
+            .ok()
+            .map(|p| p.gfx_target)
+            .filter(|t| !t.is_empty()),
+    })
 }
 
-fn pci_address(ordinal: c_int) -> Option<String> {
+fn pci_address(hip: &Hip, ordinal: c_int) -> Option<String> {
     let mut buffer = [0 as c_char; 64];
     // SAFETY: the runtime writes at most `len` bytes into the buffer.
-    let answer =
-        unsafe { sys::hipDeviceGetPCIBusId(buffer.as_mut_ptr(), buffer.len() as c_int, ordinal) };
-    (answer == hipError_t::hipSuccess)
+    let answer = unsafe {
+        (hip.api.hipDeviceGetPCIBusId)(buffer.as_mut_ptr(), buffer.len() as c_int, ordinal)
+    };
+    (answer == HIP_SUCCESS)
         .then(|| normalise_pci_address(&string_from_c_buffer(&buffer)))
         .flatten()
 }
 
-/// `gfx1100`, from `gcnArchName` without its feature suffix (`gfx90a:sramecc+:xnack-`).
-fn gfx_target(ordinal: c_int) -> Option<String> {
-    let mut properties = MaybeUninit::<hipDeviceProp_tR0600>::zeroed();
-    // SAFETY: the runtime fills the struct of the layout its symbol is named after.
-    let answer = unsafe { sys::hipGetDevicePropertiesR0600(properties.as_mut_ptr(), ordinal) };
-    if answer != hipError_t::hipSuccess {
-        return None;
-    }
-    // SAFETY: zeroed first, so every byte is initialised; the fields are plain data.
-    let properties = unsafe { properties.assume_init() };
-    let arch = string_from_c_buffer(&properties.gcnArchName);
-    let target = arch.split(':').next().unwrap_or_default().trim();
-    (!target.is_empty()).then(|| target.to_string())
+/// `/dev/kfd`, through which ROCm reaches every AMD GPU.
+fn kfd_present() -> bool {
+    std::path::Path::new("/dev/kfd").exists()
 }
 
 /// The finding for a failed call; a runtime that sees no GPU says `no device`.
-fn describe(call: &str, error: HipError) -> String {
-    if error.0 == hipError_t::hipErrorNoDevice {
+fn describe(call: &str, error: c_int) -> String {
+    if error == HIP_ERROR_NO_DEVICE {
         NO_DEVICE.to_string()
     } else {
-        format!("{call} failed: {:?}", error.0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::format_version;
-
-    #[test]
-    fn formats_the_hip_version_encoding() {
-        assert_eq!(format_version(60443483), "6.4.43483");
-        assert_eq!(format_version(50_203_000), "5.2.3000");
+        format!("{call} failed: hipError_t {error}")
     }
 }

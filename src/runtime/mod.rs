@@ -1,4 +1,4 @@
-//! GPU runtimes opened at run time: CUDA (cudarc), HIP (rocmrc), NVML; and the
+//! GPU runtimes opened at run time: CUDA (cudarc), HIP (ROCm 5 and 6, see [`rocm`]), NVML; and the
 //! telemetry sampled from NVML and hwmon while a run goes.
 //!
 //! Every library is optional. A missing library, a driver without a device or a library
@@ -10,8 +10,11 @@
 mod cuda;
 pub(crate) mod guard;
 mod hip;
+pub mod libraries;
+pub mod library_path;
 mod nvml;
 mod pci;
+pub mod rocm;
 pub mod telemetry;
 
 use serde::Serialize;
@@ -69,6 +72,8 @@ pub struct RuntimeReport {
     pub cuda: RuntimeStatus,
     pub hip: RuntimeStatus,
     pub nvml: RuntimeStatus,
+    /// Every GPU library, found or not, with its version.
+    pub libraries: Vec<libraries::LibraryStatus>,
 }
 
 impl RuntimeReport {
@@ -100,12 +105,13 @@ pub fn probe() -> RuntimeReport {
         cuda: cuda::probe(),
         hip: hip::probe(),
         nvml: nvml::probe(),
+        libraries: libraries::libraries(),
     }
 }
 
 /// The text of a NUL-terminated C string written into `buffer`; the whole buffer when
 /// the library left no terminator.
-fn string_from_c_buffer(buffer: &[std::ffi::c_char]) -> String {
+pub(crate) fn string_from_c_buffer(buffer: &[std::ffi::c_char]) -> String {
     let bytes: Vec<u8> = buffer
         .iter()
         .take_while(|c| **c != 0)
@@ -152,6 +158,7 @@ mod tests {
                 loaded: true,
                 ..RuntimeStatus::default()
             },
+            libraries: Vec::new(),
         };
         assert_eq!(
             report.findings(),

@@ -36,12 +36,10 @@ use super::collective::AllReduce;
 use super::error::ParallelError;
 use super::host_ring::{HostRing, DEFAULT_TIMEOUT};
 
-/// The names NCCL's runtime library is installed under, the versioned one first: the
-/// unversioned link only exists where the development package is installed.
-pub const LIBRARY_NAMES: &[&str] = &["libnccl.so.2", "libnccl.so"];
-
-/// The same for RCCL, as ROCm installs it.
-pub const RCCL_LIBRARY_NAMES: &[&str] = &["librccl.so.1", "librccl.so"];
+/// The names NCCL's and RCCL's runtime libraries are installed under.
+pub use crate::runtime::libraries::{
+    NCCL_NAMES as LIBRARY_NAMES, RCCL_NAMES as RCCL_LIBRARY_NAMES,
+};
 
 /// The HIP runtime, for polling a stream: ROCm 6's soname, then ROCm 5's.
 const HIP_LIBRARY_NAMES: &[&str] = &["libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"];

@@ -383,6 +383,15 @@ fn load_image(image: &[u8]) -> Result<sys::CUmodule, DriverError> {
     unsafe { cu::module::load_data(image.as_ptr().cast()) }.map_err(|e| call("cuModuleLoadData", e))
 }
 
+/// The file NVRTC is loaded from: the first of cudarc's names that loads, as cudarc tries
+/// them.
+pub fn nvrtc_location() -> Option<String> {
+    cudarc::get_lib_name_candidates("nvrtc")
+        .iter()
+        .find_map(|name| crate::runtime::library_path::loaded_path(name))
+        .map(|path| path.display().to_string())
+}
+
 fn nvrtc_version() -> String {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: writes two ints.

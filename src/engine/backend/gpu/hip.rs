@@ -1,15 +1,14 @@
-//! The HIP driver: the HIP runtime, hiprtc and rocBLAS through rocmrc, every library opened
-//! at run time. The kernels are the CUDA driver's source under the HIP prelude. As with
-//! cudarc, a missing symbol panics on first call, so `open` checks every symbol first and
-//! runs inside a panic guard.
+//! The HIP driver: the HIP runtime, hiprtc and rocBLAS of whichever ROCm is installed (5.7
+//! or 6.x, opened by [`crate::runtime::rocm`]), every library opened at run time with every
+//! entry point resolved before the first call. The kernels are the CUDA driver's source
+//! under the HIP prelude.
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Mutex, PoisonError};
 
-use rocmrc::hip::{result as hip, sys};
-use rocmrc::hiprtc::{result as rtc, sys as rtc_sys};
-use rocmrc::rocblas::sys as blas;
+use crate::runtime::rocm::api::{self as rocm_api, HipResult, RocblasDatatype, RocblasStatus};
+use crate::runtime::rocm::{self, Hip, Hiprtc, LoadError, Rocblas};
 
 use super::cache::{CacheKey, KernelCache};
 use super::driver::{
@@ -19,60 +18,14 @@ use super::driver::{
 use super::source::{self, Dialect, KERNEL_NAMES};
 use crate::engine::Precision;
 
-const HIP_SYMBOLS: &[&str] = &[
-    "hipInit",
-    "hipGetDeviceCount",
-    "hipSetDevice",
-    "hipGetDevicePropertiesR0600",
-    "hipDeviceGetAttribute",
-    "hipStreamCreateWithFlags",
-    "hipStreamSynchronize",
-    "hipStreamDestroy",
-    "hipMalloc",
-    "hipFree",
-    "hipMemcpyHtoDAsync",
-    "hipMemcpyDtoHAsync",
-    "hipMemcpyDtoDAsync",
-    "hipMemsetD8Async",
-    "hipModuleLoadData",
-    "hipModuleGetFunction",
-    "hipModuleUnload",
-    "hipModuleLaunchKernel",
-    "hipEventCreate",
-    "hipEventRecord",
-    "hipEventSynchronize",
-    "hipEventElapsedTime",
-    "hipEventDestroy",
-    "hipHostMalloc",
-    "hipHostFree",
-    "hipMemcpyPeerAsync",
-    "hipDeviceCanAccessPeer",
-    "hipDeviceEnablePeerAccess",
-];
-
-const HIPRTC_SYMBOLS: &[&str] = &[
-    "hiprtcCreateProgram",
-    "hiprtcCompileProgram",
-    "hiprtcDestroyProgram",
-    "hiprtcGetProgramLogSize",
-    "hiprtcGetProgramLog",
-    "hiprtcGetCodeSize",
-    "hiprtcGetCode",
-];
-
-const ROCBLAS_SYMBOLS: &[&str] = &[
-    "rocblas_create_handle",
-    "rocblas_destroy_handle",
-    "rocblas_set_stream",
-    "rocblas_sgemm",
-    "rocblas_gemm_ex",
-];
+/// `hipStreamNonBlocking`: the stream does not wait on the legacy default stream.
+const STREAM_NON_BLOCKING: u32 = 1;
 
 struct Handles {
-    stream: sys::hipStream_t,
-    module: sys::hipModule_t,
-    functions: HashMap<&'static str, sys::hipFunction_t>,
-    blas: blas::rocblas_handle,
+    stream: rocm_api::Stream,
+    module: rocm_api::Module,
+    functions: HashMap<&'static str, rocm_api::Function>,
+    blas: rocm_api::RocblasHandle,
 }
 
 // SAFETY: HIP handles may be used from any thread once the device is current, which every
@@ -82,6 +35,8 @@ unsafe impl Sync for Handles {}
 
 pub struct HipDriver {
     info: DeviceInfo,
+    hip: &'static Hip,
+    blas: &'static Rocblas,
     handles: Handles,
     gemm_lock: Mutex<()>,
 }
@@ -101,88 +56,66 @@ fn call(name: &'static str, error: impl std::fmt::Debug) -> DriverError {
     }
 }
 
-fn blas_check(name: &'static str, status: blas::rocblas_status) -> Result<(), DriverError> {
-    if status == blas::rocblas_status::rocblas_status_success {
+/// A HIP call's result as the driver's error.
+fn hip_check(name: &'static str, result: HipResult) -> Result<(), DriverError> {
+    if result == rocm_api::HIP_SUCCESS {
         Ok(())
     } else {
-        Err(call(name, status))
+        Err(call(name, format!("hipError_t {result}")))
     }
 }
 
-/// Whether the HIP runtime, hiprtc and rocBLAS can be opened with every symbol used here.
-pub fn check_libraries() -> Result<(), DriverError> {
-    crate::runtime::guard::catch(|| {
-        // SAFETY: each check only opens the library by its candidate names.
-        let present = unsafe {
-            [
-                (
-                    "HIP runtime library (libamdhip64.so)",
-                    sys::is_rocmlib_present(),
-                ),
-                (
-                    "hiprtc library (libhiprtc.so)",
-                    rtc_sys::is_rocmlib_present(),
-                ),
-                (
-                    "rocBLAS library (librocblas.so)",
-                    blas::is_rocmlib_present(),
-                ),
-            ]
-        };
-        if let Some((name, _)) = present.iter().find(|(_, ok)| !ok) {
-            return Err(DriverError::LibraryMissing(format!("{name} not found")));
-        }
-        // SAFETY: found just now; `rocmlib` opens them by the same names.
-        let mut missing = missing_symbols!(unsafe { sys::rocmlib() }, HIP_SYMBOLS);
-        missing.extend(missing_symbols!(
-            unsafe { rtc_sys::rocmlib() },
-            HIPRTC_SYMBOLS
-        ));
-        missing.extend(missing_symbols!(
-            unsafe { blas::rocmlib() },
-            ROCBLAS_SYMBOLS
-        ));
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(DriverError::LibraryMissing(format!(
-                "the ROCm libraries lack {}",
-                missing.join(", ")
-            )))
-        }
-    })
-    .unwrap_or_else(|panic| {
-        Err(DriverError::LibraryMissing(format!(
-            "ROCm libraries failed to load: {panic}"
-        )))
-    })
+fn blas_check(name: &'static str, status: RocblasStatus) -> Result<(), DriverError> {
+    if status == rocm_api::ROCBLAS_SUCCESS {
+        Ok(())
+    } else {
+        Err(call(name, format!("rocblas_status {status}")))
+    }
+}
+
+fn missing(error: LoadError) -> DriverError {
+    DriverError::LibraryMissing(error.to_string())
+}
+
+/// The HIP runtime, hiprtc and rocBLAS with every entry point used here, or why not.
+pub fn check_libraries() -> Result<(&'static Hip, &'static Hiprtc, &'static Rocblas), DriverError> {
+    Ok((
+        rocm::hip().map_err(missing)?,
+        rocm::hiprtc().map_err(missing)?,
+        rocm::rocblas().map_err(missing)?,
+    ))
 }
 
 /// Number of HIP devices, or why there are none to use.
 pub fn device_count() -> Result<usize, DriverError> {
-    check_libraries()?;
-    crate::runtime::guard::catch(|| {
-        hip::init().map_err(|e| call("hipInit", e))?;
-        hip::device::get_count()
-            .map(|n| n.max(0) as usize)
-            .map_err(|e| call("hipGetDeviceCount", e))
-    })
-    .unwrap_or_else(|panic| Err(DriverError::LibraryMissing(panic)))
+    let (hip, _, _) = check_libraries()?;
+    // SAFETY: entry points resolved at open.
+    hip_check("hipInit", unsafe { (hip.api.hipInit)(0) })?;
+    let mut count = 0;
+    // SAFETY: writes one int.
+    hip_check("hipGetDeviceCount", unsafe {
+        (hip.api.hipGetDeviceCount)(&mut count)
+    })?;
+    Ok(count.max(0) as usize)
 }
 
 impl HipDriver {
     pub fn open(ordinal: usize, cache: &KernelCache) -> Result<Self, DriverError> {
-        check_libraries()?;
-        crate::runtime::guard::catch(|| Self::open_checked(ordinal, cache)).unwrap_or_else(
-            |panic| Err(DriverError::LibraryMissing(format!("HIP failed: {panic}"))),
-        )
+        let (hip, rtc, blas) = check_libraries()?;
+        crate::runtime::guard::catch(|| Self::open_checked(hip, rtc, blas, ordinal, cache))
+            .unwrap_or_else(|panic| {
+                Err(DriverError::LibraryMissing(format!("HIP failed: {panic}")))
+            })
     }
 
-    fn open_checked(ordinal: usize, cache: &KernelCache) -> Result<Self, DriverError> {
-        hip::init().map_err(|e| call("hipInit", e))?;
-        let count = hip::device::get_count()
-            .map_err(|e| call("hipGetDeviceCount", e))?
-            .max(0) as usize;
+    fn open_checked(
+        hip: &'static Hip,
+        rtc: &'static Hiprtc,
+        blas: &'static Rocblas,
+        ordinal: usize,
+        cache: &KernelCache,
+    ) -> Result<Self, DriverError> {
+        let count = device_count()?;
         if ordinal >= count {
             return Err(DriverError::NoDevice {
                 runtime: "HIP",
@@ -190,55 +123,57 @@ impl HipDriver {
                 count,
             });
         }
-        hip::device::set_device(ordinal as i32).map_err(|e| call("hipSetDevice", e))?;
-        let props = hip::device::get_properties(ordinal as i32)
-            .map_err(|e| call("hipGetDeviceProperties", e))?;
-        let text = |raw: &[std::ffi::c_char]| -> String {
-            let bytes: Vec<u8> = raw
-                .iter()
-                .map(|&c| c as u8)
-                .take_while(|&b| b != 0)
-                .collect();
-            String::from_utf8_lossy(&bytes).into_owned()
-        };
-        // `gfx1100:sramecc-:xnack-`: the compiler target is the part before the features.
-        let arch_full = text(&props.gcnArchName);
-        let arch = arch_full.split(':').next().unwrap_or("").to_string();
+        let api = &hip.api;
+        // SAFETY: entry points resolved at open; the ordinal is below the count.
+        hip_check("hipSetDevice", unsafe {
+            (api.hipSetDevice)(ordinal as i32)
+        })?;
+        let props = hip
+            .properties
+            .get(ordinal as i32)
+            .map_err(|e| call(hip.properties.layout(), format!("hipError_t {e}")))?;
         let info = DeviceInfo {
             ordinal,
-            name: text(&props.name),
-            arch,
-            pci_address: Some(format!(
-                "{:04x}:{:02x}:{:02x}.0",
-                props.pciDomainID, props.pciBusID, props.pciDeviceID
-            )),
-            memory_bytes: props.totalGlobalMem as u64,
-            multiprocessors: props.multiProcessorCount.max(0) as u32,
+            name: props.name,
+            arch: props.gfx_target,
+            pci_address: Some(props.pci_address),
+            memory_bytes: props.total_memory_bytes,
+            multiprocessors: props.multiprocessors,
         };
-        let stream = hip::stream::create(hip::stream::StreamKind::NonBlocking)
-            .map_err(|e| call("hipStreamCreate", e))?;
-        let module = load_module(&info.arch, cache)?;
+        let mut stream: rocm_api::Stream = std::ptr::null_mut();
+        // SAFETY: writes one stream handle for the current device.
+        hip_check("hipStreamCreateWithFlags", unsafe {
+            (api.hipStreamCreateWithFlags)(&mut stream, STREAM_NON_BLOCKING)
+        })?;
+        let module = load_module(hip, rtc, &info.arch, cache)?;
         let mut functions = HashMap::new();
         for &name in KERNEL_NAMES {
             let c_name = CString::new(name).map_err(|e| call("kernel name", e))?;
-            let function = hip::module::get_function(module, &c_name)
-                .map_err(|_| DriverError::UnknownKernel(name.to_string()))?;
+            let mut function: rocm_api::Function = std::ptr::null_mut();
+            // SAFETY: the module is loaded; writes one function handle.
+            let answer =
+                unsafe { (api.hipModuleGetFunction)(&mut function, module, c_name.as_ptr()) };
+            if answer != rocm_api::HIP_SUCCESS {
+                return Err(DriverError::UnknownKernel(name.to_string()));
+            }
             functions.insert(name, function);
         }
-        let mut handle: blas::rocblas_handle = std::ptr::null_mut();
+        let mut handle: rocm_api::RocblasHandle = std::ptr::null_mut();
         // SAFETY: writes one handle; the stream belongs to the current device.
         unsafe {
             blas_check(
                 "rocblas_create_handle",
-                blas::rocblas_create_handle(&mut handle),
+                (blas.api.rocblas_create_handle)(&mut handle),
             )?;
             blas_check(
                 "rocblas_set_stream",
-                blas::rocblas_set_stream(handle, stream as _),
+                (blas.api.rocblas_set_stream)(handle, stream),
             )?;
         }
         Ok(HipDriver {
             info,
+            hip,
+            blas,
             handles: Handles {
                 stream,
                 module,
@@ -250,7 +185,10 @@ impl HipDriver {
     }
 
     fn bind(&self) -> Result<(), DriverError> {
-        hip::device::set_device(self.info.ordinal as i32).map_err(|e| call("hipSetDevice", e))
+        // SAFETY: entry points resolved at open.
+        hip_check("hipSetDevice", unsafe {
+            (self.hip.api.hipSetDevice)(self.info.ordinal as i32)
+        })
     }
 }
 
@@ -260,30 +198,45 @@ fn as_hip(peer: &dyn GpuDriver) -> Result<&HipDriver, DriverError> {
         .ok_or_else(|| DriverError::InvalidArgument("peer is not a HIP device".into()))
 }
 
-fn load_module(arch: &str, cache: &KernelCache) -> Result<sys::hipModule_t, DriverError> {
+fn load_data(hip: &Hip, image: &[u8]) -> Result<rocm_api::Module, HipResult> {
+    let mut module: rocm_api::Module = std::ptr::null_mut();
+    // SAFETY: a complete code object; the runtime copies what it needs.
+    let answer = unsafe { (hip.api.hipModuleLoadData)(&mut module, image.as_ptr().cast()) };
+    if answer == rocm_api::HIP_SUCCESS {
+        Ok(module)
+    } else {
+        Err(answer)
+    }
+}
+
+fn load_module(
+    hip: &Hip,
+    rtc: &Hiprtc,
+    arch: &str,
+    cache: &KernelCache,
+) -> Result<rocm_api::Module, DriverError> {
     let source = source::assemble(Dialect::Hip);
     let options = kernel_options(arch);
+    let version = hiprtc_version(rtc);
     let key = CacheKey {
         runtime: "hip",
         arch,
-        compiler_version: "hiprtc",
+        compiler_version: &version,
         options: &options,
         source: &source,
     };
     if let Some(image) = cache.load(&key) {
-        // SAFETY: a complete code object; the runtime copies what it needs.
-        match unsafe { hip::module::load_data(&image) } {
+        match load_data(hip, &image) {
             Ok(module) => return Ok(module),
             Err(error) => {
-                tracing::warn!(?error, "cached HIP kernels did not load; compiling again");
+                tracing::warn!(error, "cached HIP kernels did not load; compiling again");
                 cache.evict(&key);
             }
         }
     }
-    let image = compile(&source, arch, &options)?;
-    // SAFETY: as above.
+    let image = compile(rtc, &source, arch, &options)?;
     let module =
-        unsafe { hip::module::load_data(&image) }.map_err(|e| call("hipModuleLoadData", e))?;
+        load_data(hip, &image).map_err(|e| call("hipModuleLoadData", format!("hipError_t {e}")))?;
     cache.store(&key, &image);
     Ok(module)
 }
@@ -292,62 +245,137 @@ fn kernel_options(arch: &str) -> Vec<String> {
     vec![format!("--offload-arch={arch}"), "-O3".to_string()]
 }
 
+/// `hiprtc 5.7`: part of the kernel cache's key, so another ROCm compiles afresh.
+pub fn hiprtc_version(rtc: &Hiprtc) -> String {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints.
+    if unsafe { (rtc.api.hiprtcVersion)(&mut major, &mut minor) } == rocm_api::HIPRTC_SUCCESS {
+        format!("hiprtc {major}.{minor}")
+    } else {
+        "hiprtc unknown".into()
+    }
+}
+
+/// The file hiprtc was loaded from (its own library, or the HIP runtime before ROCm 6).
+pub fn hiprtc_location() -> Option<String> {
+    rocm::hiprtc().ok().map(|rtc| rtc.location.clone())
+}
+
 /// The engine's kernels compiled by hiprtc for `arch` (`gfx1100`, …) as the backend
-/// compiles them, with no GPU needed: the code object and the compiler's name.
+/// compiles them, with no GPU needed: the code object and the compiler's version.
 pub fn compile_kernels(arch: &str) -> Result<(Vec<u8>, String), DriverError> {
+    let rtc = rocm::hiprtc().map_err(missing)?;
     crate::runtime::guard::catch(|| {
-        // SAFETY: only opens the library by its candidate names.
-        if !unsafe { rtc_sys::is_rocmlib_present() } {
-            return Err(DriverError::LibraryMissing(
-                "hiprtc library (libhiprtc.so) not found".into(),
-            ));
-        }
-        // SAFETY: found just now; `rocmlib` opens it by the same names.
-        let missing = missing_symbols!(unsafe { rtc_sys::rocmlib() }, HIPRTC_SYMBOLS);
-        if !missing.is_empty() {
-            return Err(DriverError::LibraryMissing(format!(
-                "the hiprtc library lacks {}",
-                missing.join(", ")
-            )));
-        }
-        let image = compile(&source::assemble(Dialect::Hip), arch, &kernel_options(arch))?;
-        Ok((image, "hiprtc".to_string()))
+        let image = compile(
+            rtc,
+            &source::assemble(Dialect::Hip),
+            arch,
+            &kernel_options(arch),
+        )?;
+        Ok((image, hiprtc_version(rtc)))
     })
     .unwrap_or_else(|panic| {
         Err(DriverError::LibraryMissing(format!(
-            "hiprtc failed to load: {panic}"
+            "hiprtc failed: {panic}"
         )))
     })
 }
 
-fn compile(source: &str, arch: &str, options: &[String]) -> Result<Vec<u8>, DriverError> {
+fn compile(
+    rtc: &Hiprtc,
+    source: &str,
+    arch: &str,
+    options: &[String],
+) -> Result<Vec<u8>, DriverError> {
+    let api = &rtc.api;
     let compile_error = |log: String| DriverError::Compile {
         arch: arch.to_string(),
         log,
     };
     let c_source = CString::new(source).map_err(|e| compile_error(e.to_string()))?;
-    let program = rtc::create_program(&c_source, Some(c"kernels.cu"))
-        .map_err(|e| call("hiprtcCreateProgram", e))?;
-    let result = match rtc::compile_program(program, options) {
-        Ok(()) => rtc::get_hsaco(program)
-            .map(|code| code.iter().map(|&c| c as u8).collect())
-            .map_err(|e| call("hiprtcGetCode", e)),
-        Err(_) => {
-            let log = rtc::get_program_log(program)
-                .map(|raw| {
-                    let bytes: Vec<u8> = raw
-                        .iter()
-                        .map(|&c| c as u8)
-                        .take_while(|&b| b != 0)
-                        .collect();
-                    String::from_utf8_lossy(&bytes).into_owned()
-                })
-                .unwrap_or_else(|e| format!("(no log: {e:?})"));
-            Err(compile_error(log))
-        }
+    let c_options: Vec<CString> = options
+        .iter()
+        .map(|o| CString::new(o.as_str()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| compile_error(e.to_string()))?;
+    let option_pointers: Vec<*const std::ffi::c_char> =
+        c_options.iter().map(|o| o.as_ptr()).collect();
+    let mut program: rocm_api::Program = std::ptr::null_mut();
+    // SAFETY: the strings outlive the call; no headers are passed.
+    let answer = unsafe {
+        (api.hiprtcCreateProgram)(
+            &mut program,
+            c_source.as_ptr(),
+            c"kernels.cu".as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
     };
-    let _ = rtc::destroy_program(program);
+    if answer != rocm_api::HIPRTC_SUCCESS {
+        return Err(call(
+            "hiprtcCreateProgram",
+            format!("hiprtcResult {answer}"),
+        ));
+    }
+    // SAFETY: a live program; the options outlive the call.
+    let compiled = unsafe {
+        (api.hiprtcCompileProgram)(
+            program,
+            option_pointers.len() as i32,
+            option_pointers.as_ptr(),
+        )
+    };
+    let result = if compiled == rocm_api::HIPRTC_SUCCESS {
+        // SAFETY: a live, compiled program.
+        unsafe { code(rtc, program) }
+    } else {
+        // SAFETY: a live program whose compile failed.
+        Err(compile_error(unsafe { program_log(rtc, program) }))
+    };
+    // SAFETY: destroyed once, after its last use.
+    let _ = unsafe { (api.hiprtcDestroyProgram)(&mut program) };
     result
+}
+
+/// # Safety
+/// `program` was compiled successfully and is still live.
+unsafe fn code(rtc: &Hiprtc, program: rocm_api::Program) -> Result<Vec<u8>, DriverError> {
+    let mut size = 0usize;
+    let answer = (rtc.api.hiprtcGetCodeSize)(program, &mut size);
+    if answer != rocm_api::HIPRTC_SUCCESS || size == 0 {
+        return Err(call("hiprtcGetCodeSize", format!("hiprtcResult {answer}")));
+    }
+    let mut image = vec![0u8; size];
+    let answer = (rtc.api.hiprtcGetCode)(program, image.as_mut_ptr().cast());
+    if answer != rocm_api::HIPRTC_SUCCESS {
+        return Err(call("hiprtcGetCode", format!("hiprtcResult {answer}")));
+    }
+    Ok(image)
+}
+
+/// # Safety
+/// `program` is live.
+unsafe fn program_log(rtc: &Hiprtc, program: rocm_api::Program) -> String {
+    let mut size = 0usize;
+    if (rtc.api.hiprtcGetProgramLogSize)(program, &mut size) != rocm_api::HIPRTC_SUCCESS {
+        return "(no log)".into();
+    }
+    let mut log = vec![0u8; size.max(1)];
+    if (rtc.api.hiprtcGetProgramLog)(program, log.as_mut_ptr().cast()) != rocm_api::HIPRTC_SUCCESS {
+        return "(no log)".into();
+    }
+    let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+    String::from_utf8_lossy(&log[..end]).into_owned()
+}
+
+/// The rocBLAS format of a 16-bit or f32 operand.
+fn blas_type(precision: Precision) -> RocblasDatatype {
+    match precision {
+        Precision::Fp32 => rocm_api::ROCBLAS_F32,
+        Precision::Fp16 => rocm_api::ROCBLAS_F16,
+        Precision::Bf16 => rocm_api::ROCBLAS_BF16,
+    }
 }
 
 impl GpuDriver for HipDriver {
@@ -356,7 +384,7 @@ impl GpuDriver for HipDriver {
     }
 
     fn native_stream(&self) -> *mut c_void {
-        self.handles.stream.cast()
+        self.handles.stream
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -369,34 +397,46 @@ impl GpuDriver for HipDriver {
 
     fn alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError> {
         self.bind()?;
-        match hip::malloc_sync(bytes.max(1)) {
-            Ok(ptr) => Ok(DevicePtr(ptr)),
-            Err(e) if e.0 == sys::hipError_t::hipErrorOutOfMemory => {
-                Err(DriverError::OutOfMemory { bytes })
-            }
-            Err(e) => Err(call("hipMalloc", e)),
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: writes one device pointer.
+        match unsafe { (self.hip.api.hipMalloc)(&mut ptr, bytes.max(1)) } {
+            rocm_api::HIP_SUCCESS => Ok(DevicePtr(ptr as u64)),
+            rocm_api::HIP_ERROR_OUT_OF_MEMORY => Err(DriverError::OutOfMemory { bytes }),
+            e => Err(call("hipMalloc", format!("hipError_t {e}"))),
         }
     }
 
     unsafe fn free(&self, ptr: DevicePtr) {
         if self.bind().is_ok() {
-            let _ = hip::free_sync(ptr.0);
+            let _ = (self.hip.api.hipFree)(ptr.0 as *mut c_void);
         }
     }
 
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<(), DriverError> {
         self.bind()?;
         // SAFETY: `dst` holds at least `src.len()` bytes; the stream drains before return.
-        unsafe { hip::memcpy_htod_async(dst.0, src, self.handles.stream) }
-            .map_err(|e| call("hipMemcpyHtoDAsync", e))?;
+        hip_check("hipMemcpyHtoDAsync", unsafe {
+            (self.hip.api.hipMemcpyHtoDAsync)(
+                dst.0 as *mut c_void,
+                src.as_ptr().cast(),
+                src.len(),
+                self.handles.stream,
+            )
+        })?;
         self.synchronize()
     }
 
     fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), DriverError> {
         self.bind()?;
         // SAFETY: as above; `dst` is read only after the stream drains.
-        unsafe { hip::memcpy_dtoh_async(dst, src.0, self.handles.stream) }
-            .map_err(|e| call("hipMemcpyDtoHAsync", e))?;
+        hip_check("hipMemcpyDtoHAsync", unsafe {
+            (self.hip.api.hipMemcpyDtoHAsync)(
+                dst.as_mut_ptr().cast(),
+                src.0 as *mut c_void,
+                dst.len(),
+                self.handles.stream,
+            )
+        })?;
         self.synchronize()
     }
 
@@ -408,15 +448,22 @@ impl GpuDriver for HipDriver {
     ) -> Result<(), DriverError> {
         self.bind()?;
         // SAFETY: both ranges are live allocations of at least `bytes`.
-        unsafe { hip::memcpy_dtod_async(dst.0, src.0, bytes, self.handles.stream) }
-            .map_err(|e| call("hipMemcpyDtoDAsync", e))
+        hip_check("hipMemcpyDtoDAsync", unsafe {
+            (self.hip.api.hipMemcpyDtoDAsync)(
+                dst.0 as *mut c_void,
+                src.0 as *mut c_void,
+                bytes,
+                self.handles.stream,
+            )
+        })
     }
 
     fn zero(&self, dst: DevicePtr, bytes: usize) -> Result<(), DriverError> {
         self.bind()?;
         // SAFETY: `dst` is a live allocation of at least `bytes`.
-        unsafe { hip::memset_d8_async(dst.0, 0, bytes, self.handles.stream) }
-            .map_err(|e| call("hipMemsetD8Async", e))
+        hip_check("hipMemsetD8Async", unsafe {
+            (self.hip.api.hipMemsetD8Async)(dst.0 as *mut c_void, 0, bytes, self.handles.stream)
+        })
     }
 
     fn launch(
@@ -434,18 +481,31 @@ impl GpuDriver for HipDriver {
         let mut slots = super::driver::argument_slots(args);
         let mut pointers: Vec<*mut c_void> =
             slots.iter_mut().map(|s| s.as_mut_ptr().cast()).collect();
+        let (grid, block) = (shape.grid, shape.block);
         // SAFETY: arguments match the kernel's C signature; `slots` outlives the call.
-        unsafe {
-            hip::launch_kernel(
+        let answer = unsafe {
+            (self.hip.api.hipModuleLaunchKernel)(
                 function,
-                shape.grid,
-                shape.block,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
                 0,
                 self.handles.stream,
-                &mut pointers,
+                pointers.as_mut_ptr(),
+                std::ptr::null_mut(),
             )
+        };
+        if answer == rocm_api::HIP_SUCCESS {
+            Ok(())
+        } else {
+            Err(call(
+                "hipModuleLaunchKernel",
+                format!("{kernel}: hipError_t {answer}"),
+            ))
         }
-        .map_err(|e| call("hipModuleLaunchKernel", format!("{kernel}: {e:?}")))
     }
 
     fn gemm(&self, g: &Gemm) -> Result<(), DriverError> {
@@ -456,24 +516,20 @@ impl GpuDriver for HipDriver {
         self.bind()?;
         let cm = g.column_major();
         let op = |t: Transpose| match t {
-            Transpose::No => blas::rocblas_operation::rocblas_operation_none,
-            Transpose::Yes => blas::rocblas_operation::rocblas_operation_transpose,
+            Transpose::No => rocm_api::ROCBLAS_OPERATION_NONE,
+            Transpose::Yes => rocm_api::ROCBLAS_OPERATION_TRANSPOSE,
         };
+        let blas = &self.blas.api;
         let _guard = self
             .gemm_lock
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if !g.types.is_f32() {
-            let data_type = |p: Precision| match p {
-                Precision::Fp32 => blas::rocblas_datatype::rocblas_datatype_f32_r,
-                Precision::Fp16 => blas::rocblas_datatype::rocblas_datatype_f16_r,
-                Precision::Bf16 => blas::rocblas_datatype::rocblas_datatype_bf16_r,
-            };
-            let (operands, output) = (data_type(g.types.operands), data_type(g.types.output));
+            let (operands, output) = (blas_type(g.types.operands), blas_type(g.types.output));
             // SAFETY: as below, with elements of the formats the call names; C is read (for
             // beta) and written in place.
             let status = unsafe {
-                blas::rocblas_gemm_ex(
+                (blas.rocblas_gemm_ex)(
                     self.handles.blas,
                     op(cm.trans_first),
                     op(cm.trans_second),
@@ -494,8 +550,8 @@ impl GpuDriver for HipDriver {
                     cm.c.0 as *mut c_void,
                     output,
                     cm.ldc as i32,
-                    blas::rocblas_datatype::rocblas_datatype_f32_r,
-                    blas::rocblas_gemm_algo::rocblas_gemm_algo_standard,
+                    rocm_api::ROCBLAS_F32,
+                    rocm_api::ROCBLAS_GEMM_ALGO_STANDARD,
                     0,
                     0,
                 )
@@ -504,7 +560,7 @@ impl GpuDriver for HipDriver {
         }
         // SAFETY: shapes validated against the leading dimensions; live allocations.
         let status = unsafe {
-            blas::rocblas_sgemm(
+            (blas.rocblas_sgemm)(
                 self.handles.blas,
                 op(cm.trans_first),
                 op(cm.trans_second),
@@ -526,18 +582,24 @@ impl GpuDriver for HipDriver {
 
     fn synchronize(&self) -> Result<(), DriverError> {
         self.bind()?;
-        hip::stream::synchronize(self.handles.stream).map_err(|e| call("hipStreamSynchronize", e))
+        // SAFETY: a live stream of this device.
+        hip_check("hipStreamSynchronize", unsafe {
+            (self.hip.api.hipStreamSynchronize)(self.handles.stream)
+        })
     }
 
     fn alloc_pinned(&self, bytes: usize) -> Result<*mut u8, DriverError> {
         self.bind()?;
-        hip::malloc_host(bytes.max(1), 0)
-            .map(|p| p.cast())
-            .map_err(|e| call("hipHostMalloc", e))
+        let mut ptr: *mut c_void = std::ptr::null_mut();
+        // SAFETY: writes one host pointer.
+        hip_check("hipHostMalloc", unsafe {
+            (self.hip.api.hipHostMalloc)(&mut ptr, bytes.max(1), 0)
+        })?;
+        Ok(ptr.cast())
     }
 
     unsafe fn free_pinned(&self, ptr: *mut u8) {
-        let _ = hip::free_host(ptr.cast());
+        let _ = (self.hip.api.hipHostFree)(ptr.cast());
     }
 
     unsafe fn copy_async(
@@ -548,22 +610,36 @@ impl GpuDriver for HipDriver {
         bytes: usize,
     ) -> Result<(), DriverError> {
         self.bind()?;
-        let host = std::slice::from_raw_parts_mut(host, bytes);
-        if to_device {
-            hip::memcpy_htod_async(device.0, host, self.handles.stream)
+        let api = &self.hip.api;
+        let answer = if to_device {
+            (api.hipMemcpyHtoDAsync)(
+                device.0 as *mut c_void,
+                host.cast(),
+                bytes,
+                self.handles.stream,
+            )
         } else {
-            hip::memcpy_dtoh_async(host, device.0, self.handles.stream)
-        }
-        .map_err(|e| call("hipMemcpyAsync", e))
+            (api.hipMemcpyDtoHAsync)(
+                host.cast(),
+                device.0 as *mut c_void,
+                bytes,
+                self.handles.stream,
+            )
+        };
+        hip_check("hipMemcpyAsync", answer)
     }
 
     fn enable_peer_access(&self, peer: &dyn GpuDriver) -> Result<(), DriverError> {
         let peer = as_hip(peer)?;
         self.bind()?;
         let (me, other) = (self.info.ordinal as i32, peer.info.ordinal as i32);
-        if hip::device::can_access_peer(me, other).unwrap_or(false) {
+        let mut can = 0;
+        // SAFETY: writes one int; both ordinals are devices.
+        let answer = unsafe { (self.hip.api.hipDeviceCanAccessPeer)(&mut can, me, other) };
+        if answer == rocm_api::HIP_SUCCESS && can != 0 {
             // "Already enabled" is not a failure.
-            let _ = hip::device::enable_peer_access(other, 0);
+            // SAFETY: as above.
+            let _ = unsafe { (self.hip.api.hipDeviceEnablePeerAccess)(other, 0) };
         }
         Ok(())
     }
@@ -579,8 +655,16 @@ impl GpuDriver for HipDriver {
         self.bind()?;
         let (me, other) = (self.info.ordinal as i32, peer.info.ordinal as i32);
         // SAFETY: both ranges hold `bytes` on their devices.
-        unsafe { hip::memcpy_peer_async(dst.0, other, src.0, me, bytes, self.handles.stream) }
-            .map_err(|e| call("hipMemcpyPeerAsync", e))
+        hip_check("hipMemcpyPeerAsync", unsafe {
+            (self.hip.api.hipMemcpyPeerAsync)(
+                dst.0 as *mut c_void,
+                other,
+                src.0 as *const c_void,
+                me,
+                bytes,
+                self.handles.stream,
+            )
+        })
     }
 
     fn matmul_square(
@@ -593,11 +677,11 @@ impl GpuDriver for HipDriver {
     ) -> Result<(), DriverError> {
         self.bind()?;
         let dtype = match precision {
-            MatmulPrecision::F16 => blas::rocblas_datatype::rocblas_datatype_f16_r,
-            MatmulPrecision::F32 => blas::rocblas_datatype::rocblas_datatype_f32_r,
+            MatmulPrecision::F16 => rocm_api::ROCBLAS_F16,
+            MatmulPrecision::F32 => rocm_api::ROCBLAS_F32,
         };
-        let f32_type = blas::rocblas_datatype::rocblas_datatype_f32_r;
-        let none = blas::rocblas_operation::rocblas_operation_none;
+        let f32_type = rocm_api::ROCBLAS_F32;
+        let none = rocm_api::ROCBLAS_OPERATION_NONE;
         let n = i32::try_from(n)
             .map_err(|_| DriverError::InvalidArgument(format!("matmul size {n}")))?;
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -607,7 +691,7 @@ impl GpuDriver for HipDriver {
             .unwrap_or_else(PoisonError::into_inner);
         // SAFETY: the caller's pointers hold n×n elements of the types the call names.
         let status = unsafe {
-            blas::rocblas_gemm_ex(
+            (self.blas.api.rocblas_gemm_ex)(
                 self.handles.blas,
                 none,
                 none,
@@ -629,7 +713,7 @@ impl GpuDriver for HipDriver {
                 f32_type,
                 n,
                 f32_type,
-                blas::rocblas_gemm_algo::rocblas_gemm_algo_standard,
+                rocm_api::ROCBLAS_GEMM_ALGO_STANDARD,
                 0,
                 0,
             )
@@ -642,20 +726,42 @@ impl GpuDriver for HipDriver {
         work: &mut dyn FnMut() -> Result<(), DriverError>,
     ) -> Result<f64, DriverError> {
         self.bind()?;
-        let start = hip::event::create().map_err(|e| call("hipEventCreate", e))?;
-        let end = hip::event::create().map_err(|e| call("hipEventCreate", e))?;
+        let api = &self.hip.api;
+        let mut start: rocm_api::Event = std::ptr::null_mut();
+        let mut end: rocm_api::Event = std::ptr::null_mut();
+        // SAFETY: each writes one event handle.
+        hip_check("hipEventCreate", unsafe {
+            (api.hipEventCreate)(&mut start)
+        })?;
+        if let Err(e) = hip_check("hipEventCreate", unsafe { (api.hipEventCreate)(&mut end) }) {
+            // SAFETY: created just now, destroyed once.
+            let _ = unsafe { (api.hipEventDestroy)(start) };
+            return Err(e);
+        }
+        let stream = self.handles.stream;
         let result = (|| {
-            hip::event::record(start, self.handles.stream)
-                .map_err(|e| call("hipEventRecord", e))?;
+            // SAFETY: live events and stream of this device.
+            hip_check("hipEventRecord", unsafe {
+                (api.hipEventRecord)(start, stream)
+            })?;
             work()?;
-            hip::event::record(end, self.handles.stream).map_err(|e| call("hipEventRecord", e))?;
-            hip::event::synchronize(end).map_err(|e| call("hipEventSynchronize", e))?;
-            hip::event::elapsed(start, end)
-                .map(|ms| ms as f64)
-                .map_err(|e| call("hipEventElapsedTime", e))
+            hip_check("hipEventRecord", unsafe {
+                (api.hipEventRecord)(end, stream)
+            })?;
+            hip_check("hipEventSynchronize", unsafe {
+                (api.hipEventSynchronize)(end)
+            })?;
+            let mut ms = 0f32;
+            hip_check("hipEventElapsedTime", unsafe {
+                (api.hipEventElapsedTime)(&mut ms, start, end)
+            })?;
+            Ok(ms as f64)
         })();
-        let _ = hip::event::destroy(start);
-        let _ = hip::event::destroy(end);
+        // SAFETY: destroyed once, after their last use.
+        unsafe {
+            let _ = (api.hipEventDestroy)(start);
+            let _ = (api.hipEventDestroy)(end);
+        }
         result
     }
 }
@@ -665,12 +771,13 @@ impl Drop for HipDriver {
         if self.bind().is_err() {
             return;
         }
-        let _ = hip::stream::synchronize(self.handles.stream);
+        let api = &self.hip.api;
         // SAFETY: nothing uses the handles after the driver is dropped.
         unsafe {
-            let _ = blas::rocblas_destroy_handle(self.handles.blas);
-            let _ = hip::module::unload(self.handles.module);
+            let _ = (api.hipStreamSynchronize)(self.handles.stream);
+            let _ = (self.blas.api.rocblas_destroy_handle)(self.handles.blas);
+            let _ = (api.hipModuleUnload)(self.handles.module);
+            let _ = (api.hipStreamDestroy)(self.handles.stream);
         }
-        let _ = hip::stream::destroy(self.handles.stream);
     }
 }

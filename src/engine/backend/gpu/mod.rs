@@ -27,6 +27,7 @@ macro_rules! missing_symbols {
 }
 
 pub mod cache;
+pub mod code_object;
 mod conv_gemm;
 pub mod cuda;
 pub mod cudnn;
