@@ -44,7 +44,7 @@ done
 
 variant_file="$repo/image/variants/$variant.conf"
 if [[ ! "$variant" =~ ^[a-z0-9-]+$ ]] || [ ! -f "$variant_file" ]; then
-    known=$(find "$repo/image/variants" -maxdepth 1 -name '*.conf' -printf '%f\n' | sed 's/\.conf$//' | sort | tr '\n' ' ')
+    known=$(find "$repo/image/variants" -maxdepth 1 -name '*.conf' -printf '%f\n' | sed 's/\.conf$//' | sort | tr '\n' ' ' | sed 's/ $//')
     die "no variant '$variant' (known: $known)"
 fi
 DESCRIPTION="" COMPONENTS="main" PACKAGES="" APT_SOURCES="" KEYRINGS="" MODULES_LOAD="" MIN_FREE_GIB=5
