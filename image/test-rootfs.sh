@@ -63,6 +63,10 @@ if [ "$inside" = 1 ]; then
     # Each check reports its own failure; one failing does not stop the rest.
     set +e +o pipefail
     R=$root
+    # What the variant file asks of the image: CHECK_MODULES, MODULES_LOAD.
+    CHECK_MODULES="" MODULES_LOAD=""
+    # shellcheck source=/dev/null
+    . "$repo/image/variants/$variant.conf"
     pass() { echo "  ok    $*"; }
     flunk() { echo "  FAIL  $*"; }
     in_image() { chroot "$R" "$@"; }
@@ -237,7 +241,7 @@ PY
     if [ "$variant" = green ]; then
         in_tree=$(find "$R/lib/modules/$kver/kernel" -name '*.ko*' -print -quit)
         want=$(in_image modinfo -F vermagic "${in_tree#"$R"}" 2>&1)
-        for mod in nvidia nvidia-uvm; do
+        for mod in $CHECK_MODULES; do
             got=$(in_image modinfo -k "$kver" -F vermagic "$mod" 2>&1) || got="none: $got"
             file=$(in_image modinfo -k "$kver" -F filename "$mod" 2>/dev/null || true)
             if [ "$got" = "$want" ]; then
@@ -248,13 +252,18 @@ PY
         done
         dkms=$(in_image dkms status 2>&1 | tr '\n' ' ')
         [[ "$dkms" == *"$kver"*": installed"* ]] && pass "dkms status: $dkms" || flunk "dkms status: $dkms"
-        if grep -qsx nvidia-uvm "$R/usr/lib/modules-load.d/tinybox-gpu.conf" &&
-            deps=$(in_image modprobe -S "$kver" --show-depends nvidia-uvm 2>&1); then
-            pass "modules-load.d loads nvidia-uvm: $(echo "$deps" | awk '{print $2}' | xargs -n1 basename | tr '\n' ' ')"
-        else
-            flunk "modules-load.d / nvidia-uvm: ${deps:-not listed in /usr/lib/modules-load.d/tinybox-gpu.conf}"
-        fi
-        gsp=$(in_image modinfo -k "$kver" -F firmware nvidia 2>&1 | grep gsp || true)
+        # Each module modules-load.d names resolves, through modprobe.d, to
+        # module files for the image's kernel.
+        for mod in $MODULES_LOAD; do
+            deps=""
+            if grep -qsx "$mod" "$R/usr/lib/modules-load.d/tinybox-gpu.conf" &&
+                deps=$(in_image modprobe -S "$kver" --show-depends "$mod" 2>&1) && [ -n "$deps" ]; then
+                pass "modules-load.d loads $mod: $(echo "$deps" | tr '\n' ';' | tr -s ' ')"
+            else
+                flunk "modules-load.d / $mod: ${deps:-not listed in /usr/lib/modules-load.d/tinybox-gpu.conf}"
+            fi
+        done
+        gsp=$(in_image modinfo -k "$kver" -F firmware "${CHECK_MODULES%% *}" 2>&1 | grep gsp || true)
         missing=""
         for f in $gsp; do have_file "/usr/lib/firmware/$f" || missing="$missing $f"; done
         if [ -n "$gsp" ] && [ -z "$missing" ]; then
