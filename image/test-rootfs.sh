@@ -361,6 +361,7 @@ red | green) ;;
 *) die "no root-filesystem checks for variant '$variant' (red or green)" ;;
 esac
 [ "$(id -u)" -eq 0 ] || die "must run as root (chroot and namespaces); try: sudo make image-test VARIANT=$variant"
+"$repo/image/host-deps.sh" rootfs-test || die "cannot install the test tools (see above)"
 for tool in unshare chroot mount debugfs sfdisk jq; do
     command -v "$tool" >/dev/null || die "missing tool '$tool' on the host"
 done
