@@ -446,3 +446,152 @@ fn this_machine_has_no_gpu_and_is_unrecognised() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("Box      unrecognised"), "{text}");
 }
+
+#[test]
+fn an_rtx_5090_under_driver_550_is_a_finding_naming_both_versions() {
+    let root = tempfile::tempdir().unwrap();
+    let copy = Command::new("cp")
+        .arg("-a")
+        .arg(fixture("tinybox-5090"))
+        .arg(root.path().join("box"))
+        .status()
+        .unwrap();
+    assert!(copy.success());
+    let box_root = root.path().join("box");
+    // Debian 13's driver, as /proc/driver/nvidia/version spells it.
+    std::fs::write(
+        box_root.join("proc/driver/nvidia/version"),
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.163.01  Release Build  \
+         (pbuilder@debian)  Sat Apr 19 2025\nGCC version:  gcc version 14.2.0 (Debian 14.2.0-19)\n",
+    )
+    .unwrap();
+    let out = detect(&[
+        "--json",
+        "--no-runtime",
+        "--root",
+        box_root.to_str().unwrap(),
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings: Vec<&str> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|f| f.contains("needs NVIDIA driver"))
+        .collect();
+    assert_eq!(findings.len(), 4, "{report}");
+    assert!(findings[0].contains("570 or later"), "{}", findings[0]);
+    assert!(findings[0].contains("550.163.01"), "{}", findings[0]);
+    // The box's own driver (570) draws no such finding.
+    let (current, _) = detect_json("tinybox-5090", &[]);
+    assert!(!current.to_string().contains("needs NVIDIA driver"));
+}
+
+fn findings_of(report: &Value) -> Vec<String> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn link_errors_and_xids_are_findings_with_the_gpus_address_and_fail_detect() {
+    let (report, code) = detect_json("green-link-errors", &[]);
+    assert_eq!(
+        code, 1,
+        "an uncorrectable AER error and a lost GPU: {report}"
+    );
+    let findings = findings_of(&report);
+    let has = |needle: &str| findings.iter().any(|f| f.contains(needle));
+    // Correctable errors on a GPU (short names) and at its root port; non-fatal ones at a
+    // root port; long names and an unnamed bit.
+    assert!(has("GPU 0000:21:00.0: PCIe AER errors since boot on the GPU: 7 correctable (BadTLP 5, RxErr 2)"), "{findings:?}");
+    assert!(
+        has("at its root port 0000:20:01.1: received from below: 7 correctable"),
+        "{findings:?}"
+    );
+    assert!(has("GPU 0000:41:00.0: PCIe AER errors since boot at its root port 0000:40:01.1: 2 non-fatal (CmpltTO 2)"), "{findings:?}");
+    assert!(
+        has("4 correctable (Bad DLLP 1, dev_cor_errs_bit[14] 3)"),
+        "{findings:?}"
+    );
+    let serious_links: Vec<&Value> = report["link_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["counters"]["total_nonfatal"].as_u64() > Some(0))
+        .collect();
+    assert_eq!(serious_links.len(), 1);
+    assert_eq!(serious_links[0]["role"], "root_port");
+
+    let events = report["kernel_events"].as_array().unwrap();
+    let event = |address: &str, kind: &str| {
+        events
+            .iter()
+            .filter(|e| e["address"] == address && e["kind"] == kind)
+            .cloned()
+            .collect::<Vec<Value>>()
+    };
+    let xid13 = event("0000:21:00.0", "xid");
+    assert_eq!(xid13[0]["code"], 13);
+    assert_eq!(
+        xid13[0]["serious"], false,
+        "an application's Xid alone is not"
+    );
+    let xid79 = event("0000:41:00.0", "xid");
+    assert_eq!(xid79[0]["code"], 79);
+    assert_eq!(xid79[0]["class"], "lost");
+    assert_eq!(xid79[0]["serious"], true);
+    assert_eq!(event("0000:41:00.0", "fallen_off_the_bus").len(), 1);
+    // The MIG form, and "fallen off the bus" over three records without an Xid.
+    assert_eq!(event("0000:61:00.0", "xid")[0]["code"], 94);
+    assert_eq!(event("0000:81:00.0", "fallen_off_the_bus").len(), 1);
+    let ghost = event("0000:f1:00.0", "xid");
+    assert_eq!(ghost[0]["known_gpu"], false);
+    assert!(
+        has("GPU 0000:f1:00.0 (no GPU at that address in this box): Xid 48"),
+        "{findings:?}"
+    );
+    // Ordinary boot lines in the same log are nothing.
+    assert_eq!(events.len(), 6, "{events:?}");
+}
+
+#[test]
+fn an_amdgpu_ring_timeout_and_reset_fail_detect_and_switch_port_errors_are_named() {
+    let (report, code) = detect_json("red-gpu-reset", &[]);
+    assert_eq!(code, 1);
+    let findings = findings_of(&report);
+    let has = |needle: &str| findings.iter().any(|f| f.contains(needle));
+    assert!(
+        has("GPU 0000:43:00.0: ring gfx_0.0.0 timed out"),
+        "{findings:?}"
+    );
+    assert!(
+        has("GPU 0000:43:00.0: was reset by the driver"),
+        "{findings:?}"
+    );
+    assert!(
+        has("GPU 0000:83:00.0: PCIe AER errors since boot at bridge 0000:81:00.0: 40 correctable"),
+        "{findings:?}"
+    );
+    assert_eq!(report["kernel_events"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn zero_counters_and_ordinary_boot_messages_change_nothing() {
+    for name in ["green-clean-boot", "tinybox-green", "tinybox-red"] {
+        let (report, code) = detect_json(name, &[]);
+        assert_eq!(code, 0, "{name}: {report}");
+        assert_eq!(report["link_errors"], serde_json::json!([]), "{name}");
+        assert_eq!(report["kernel_events"], serde_json::json!([]), "{name}");
+        let findings = findings_of(&report);
+        assert!(
+            !findings
+                .iter()
+                .any(|f| f.contains("AER") || f.contains("kernel")),
+            "{name}: {findings:?}"
+        );
+    }
+}

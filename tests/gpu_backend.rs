@@ -263,10 +263,11 @@ fn acceptance_without_a_gpu_skips_the_gpu_stages_saying_why() {
             "gpu-bandwidth",
             "gpu-p2p",
             "gpu-allreduce",
+            "gpu-corruption",
             "train-throughput"
         ]
     );
-    for stage in &stages[2..6] {
+    for stage in &stages[2..7] {
         assert_eq!(stage["verdict"], "skip", "{stage}");
         let message = stage["message"].as_str().unwrap();
         assert!(
@@ -275,7 +276,7 @@ fn acceptance_without_a_gpu_skips_the_gpu_stages_saying_why() {
         );
         assert!(message.contains("libcuda.so.1"), "{message}");
     }
-    let train = &stages[6];
+    let train = &stages[7];
     assert_ne!(train["verdict"], "error", "{train}");
     let findings = train["findings"].to_string();
     assert!(findings.contains("measured on the CPU"), "{findings}");

@@ -495,3 +495,250 @@ fn fp16_replicas_train_together_through_the_host_ring_on_an_emulated_device() {
     assert_ne!(after[0], before[0]);
     assert_eq!(after[0], after[1]);
 }
+
+/// A stand-in for a GPU that silently corrupts, for the corruption check: the emulated
+/// device, except that after `kernel` (or a GEMM, for `"gemm"`) one bit of word `index` of
+/// the output flips.
+#[derive(Debug)]
+struct BitFlippingDevice {
+    inner: Arc<EmulatedDevice>,
+    kernel: &'static str,
+    index: usize,
+    bit: u32,
+}
+
+impl BitFlippingDevice {
+    /// # Safety
+    /// `output` holds more than `index` 32-bit words.
+    unsafe fn flip(&self, output: DevicePtr) {
+        let word = (output.0 as *mut u32).add(self.index);
+        *word ^= 1 << self.bit;
+    }
+}
+
+impl GpuDriver for BitFlippingDevice {
+    fn info(&self) -> &DeviceInfo {
+        self.inner.info()
+    }
+    fn runtime(&self) -> &'static str {
+        self.inner.runtime()
+    }
+    fn native_stream(&self) -> *mut c_void {
+        self.inner.native_stream()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+    fn alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError> {
+        self.inner.alloc(bytes)
+    }
+    unsafe fn free(&self, ptr: DevicePtr) {
+        unsafe { self.inner.free(ptr) }
+    }
+    fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<(), DriverError> {
+        self.inner.copy_to_device(dst, src)
+    }
+    fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), DriverError> {
+        self.inner.copy_to_host(dst, src)
+    }
+    fn copy_on_device(&self, dst: DevicePtr, src: DevicePtr, n: usize) -> Result<(), DriverError> {
+        self.inner.copy_on_device(dst, src, n)
+    }
+    fn zero(&self, dst: DevicePtr, bytes: usize) -> Result<(), DriverError> {
+        self.inner.zero(dst, bytes)
+    }
+    fn launch(
+        &self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[KernelArg],
+    ) -> Result<(), DriverError> {
+        self.inner.launch(kernel, shape, args)?;
+        if let (true, Some(KernelArg::Ptr(output))) = (kernel == self.kernel, args.first()) {
+            // SAFETY: the health kernels write at least `index` words to their first argument.
+            unsafe { self.flip(*output) };
+        }
+        Ok(())
+    }
+    fn gemm(&self, g: &Gemm) -> Result<(), DriverError> {
+        self.inner.gemm(g)?;
+        if self.kernel == "gemm" && g.types.operands == Precision::Fp16 {
+            // SAFETY: C holds m·n f32 words, more than `index`.
+            unsafe { self.flip(g.c) };
+        }
+        Ok(())
+    }
+    fn synchronize(&self) -> Result<(), DriverError> {
+        self.inner.synchronize()
+    }
+    fn alloc_pinned(&self, bytes: usize) -> Result<*mut u8, DriverError> {
+        self.inner.alloc_pinned(bytes)
+    }
+    unsafe fn free_pinned(&self, ptr: *mut u8) {
+        unsafe { self.inner.free_pinned(ptr) }
+    }
+    unsafe fn copy_async(
+        &self,
+        up: bool,
+        host: *mut u8,
+        d: DevicePtr,
+        n: usize,
+    ) -> Result<(), DriverError> {
+        unsafe { self.inner.copy_async(up, host, d, n) }
+    }
+    fn enable_peer_access(&self, peer: &dyn GpuDriver) -> Result<(), DriverError> {
+        self.inner.enable_peer_access(peer)
+    }
+    fn copy_to_peer_async(
+        &self,
+        peer: &dyn GpuDriver,
+        dst: DevicePtr,
+        src: DevicePtr,
+        n: usize,
+    ) -> Result<(), DriverError> {
+        self.inner.copy_to_peer_async(peer, dst, src, n)
+    }
+    fn matmul_square(
+        &self,
+        p: MatmulPrecision,
+        n: usize,
+        a: DevicePtr,
+        b: DevicePtr,
+        c: DevicePtr,
+    ) -> Result<(), DriverError> {
+        self.inner.matmul_square(p, n, a, b, c)
+    }
+    fn time_ms(
+        &self,
+        work: &mut dyn FnMut() -> Result<(), DriverError>,
+    ) -> Result<f64, DriverError> {
+        self.inner.time_ms(work)
+    }
+}
+
+mod corruption_check {
+    use super::*;
+    use std::time::Duration;
+    use tinyperf::suite::health::corruption::{check, Sizes, Workload};
+    use tinyperf::suite::health::Outcome;
+
+    const SIZES: Sizes = Sizes {
+        gemm: 24,
+        elements: 4096,
+    };
+
+    /// Four replicas of the emulated device, the last one `faulty` when given.
+    fn replicas(faulty: Option<BitFlippingDevice>) -> Vec<Arc<dyn GpuDriver>> {
+        let mut drivers: Vec<Arc<dyn GpuDriver>> = Vec::new();
+        for _ in 0..3 {
+            drivers.push(EmulatedDevice::shared());
+        }
+        drivers.push(match faulty {
+            Some(device) => Arc::new(device),
+            None => EmulatedDevice::shared(),
+        });
+        drivers
+    }
+
+    fn run_check(
+        drivers: &[Arc<dyn GpuDriver>],
+    ) -> tinyperf::suite::health::corruption::CorruptionReport {
+        let refs: Vec<&dyn GpuDriver> = drivers.iter().map(|d| d.as_ref()).collect();
+        check(&refs, SIZES, Duration::ZERO, &|| false)
+    }
+
+    #[test]
+    fn every_replica_passes_the_corruption_check_when_none_corrupts_on_an_emulated_device() {
+        let report = run_check(&replicas(None));
+        assert_eq!(report.rounds, 1);
+        for (gpu, found) in report.per_gpu.iter().enumerate() {
+            assert_eq!(found.outcome(), Outcome::Pass, "GPU {gpu}: {found:?}");
+        }
+    }
+
+    #[test]
+    fn the_corruption_check_fails_exactly_the_replica_that_flips_a_bit_on_an_emulated_device() {
+        // The lowest mantissa bit: within any tolerance, so only the comparison across
+        // GPUs can see it.
+        let faulty = BitFlippingDevice {
+            inner: EmulatedDevice::shared(),
+            kernel: "health_transcendental",
+            index: 123,
+            bit: 0,
+        };
+        let report = run_check(&replicas(Some(faulty)));
+        let outcomes: Vec<Outcome> = report.per_gpu.iter().map(|g| g.outcome()).collect();
+        assert_eq!(
+            outcomes,
+            [Outcome::Pass, Outcome::Pass, Outcome::Pass, Outcome::Fail]
+        );
+        let bad = &report.per_gpu[3];
+        assert_eq!(
+            bad.mismatches.keys().copied().collect::<Vec<_>>(),
+            [Workload::Transcendental]
+        );
+        let (workload, round, difference) = bad.first.clone().unwrap();
+        assert_eq!(
+            (workload, round, difference.index),
+            (Workload::Transcendental, 0, 123)
+        );
+        let reason = bad.reason().unwrap();
+        assert!(
+            reason.contains("transcendental differs in round 0 at element 123"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_flipped_bit_in_a_16_bit_gemm_fails_that_replica_and_names_the_workload() {
+        let faulty = BitFlippingDevice {
+            inner: EmulatedDevice::shared(),
+            kernel: "gemm",
+            index: 7,
+            bit: 30,
+        };
+        let report = run_check(&replicas(Some(faulty)));
+        let bad = &report.per_gpu[3];
+        assert_eq!(bad.outcome(), Outcome::Fail);
+        assert_eq!(bad.first.as_ref().unwrap().0, Workload::GemmF16);
+        assert_eq!(bad.first.as_ref().unwrap().2.index, 7);
+        assert!(report.per_gpu[..3]
+            .iter()
+            .all(|g| g.outcome() == Outcome::Pass));
+    }
+}
+
+mod memory_test {
+    use super::*;
+    use tinyperf::suite::health::memory;
+
+    const CHUNK: usize = 32 * 1024;
+
+    #[test]
+    fn the_memory_test_passes_good_memory_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let found = memory::test(device.as_ref(), 2 * CHUNK as u64, CHUNK, 7).unwrap();
+        assert_eq!(found.tested_bytes, 2 * CHUNK as u64);
+        assert!(found.bad.is_empty(), "{found:?}");
+        assert!(found.gbps > 0.0);
+    }
+
+    #[test]
+    fn the_memory_test_finds_a_bit_that_does_not_hold_and_names_its_range_on_an_emulated_device() {
+        // A word whose bit 5 flips after every write: memory that does not hold.
+        let faulty = BitFlippingDevice {
+            inner: EmulatedDevice::shared(),
+            kernel: "health_memory_write",
+            index: 100,
+            bit: 5,
+        };
+        let found = memory::test(&faulty, 2 * CHUNK as u64, CHUNK, 7).unwrap();
+        // The word is wrong after each of the six writes, in both chunks.
+        assert_eq!(found.bad.len(), 2, "{found:?}");
+        let first = &found.bad[0];
+        assert_eq!(first.offset, 0);
+        assert_eq!(first.errors, 6);
+        assert_eq!(first.first_bad_offset, 400);
+        assert_eq!(found.bad[1].offset, CHUNK as u64);
+    }
+}

@@ -344,3 +344,87 @@ fn with_a_rocm_5_7_shaped_libamdhip64_and_no_gpu_hip_says_no_device() {
     assert_eq!(probe.report["hip"]["loaded"], true);
     assert_eq!(probe.report["hip"]["finding"], "no device");
 }
+
+#[test]
+fn cudnn_in_tinyperfs_private_folder_is_found_without_a_library_path() {
+    let private = tempfile::tempdir().unwrap();
+    // The loader answers a request by name with a loaded copy whose soname matches, as
+    // the real library's does.
+    build_fake(
+        private.path(),
+        "fake-libcudnn",
+        &["libcudnn.so.9"],
+        &["-Wl,-soname,libcudnn.so.9"],
+    );
+    let nothing = tempfile::tempdir().unwrap();
+    let probe = probe_in_child(
+        nothing.path(),
+        &[(
+            "TINYPERF_NVIDIA_LIBRARY_DIR",
+            private.path().display().to_string(),
+        )],
+    );
+    assert_no_panic(&probe);
+    let cudnn = probe.report["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "cudnn")
+        .unwrap()
+        .clone();
+    assert_eq!(cudnn["status"], "loaded", "{cudnn}");
+    assert_eq!(cudnn["version"], "9.10.1", "{cudnn}");
+    let path = cudnn["path"].as_str().unwrap();
+    assert!(
+        path.starts_with(
+            &std::fs::canonicalize(private.path())
+                .unwrap()
+                .display()
+                .to_string()
+        ),
+        "{path}"
+    );
+}
+
+#[test]
+fn every_library_is_listed_with_a_status_and_a_missing_one_says_what_was_tried() {
+    let nothing = tempfile::tempdir().unwrap();
+    let probe = probe_in_child(nothing.path(), &[]);
+    let libraries = probe.report["libraries"].as_array().unwrap();
+    assert_eq!(libraries.len(), 12, "{libraries:?}");
+    for library in libraries {
+        let status = library["status"].as_str().unwrap();
+        assert!(
+            ["loaded", "not found", "error"].contains(&status),
+            "{library}"
+        );
+        if status == "not found" {
+            assert!(
+                library["detail"].as_str().unwrap().contains("tried"),
+                "{library}"
+            );
+        }
+    }
+    let nccl = libraries.iter().find(|l| l["name"] == "nccl").unwrap();
+    if !system_has_library("libnccl.so.2") {
+        assert_eq!(nccl["status"], "not found", "{nccl}");
+    }
+}
+
+#[test]
+fn a_library_that_is_there_but_does_not_load_is_an_error_with_the_loaders_words() {
+    let libs = tempfile::tempdir().unwrap();
+    std::fs::write(libs.path().join("libnccl.so.2"), "not a shared object\n").unwrap();
+    let probe = probe_in_child(libs.path(), &[]);
+    assert_no_panic(&probe);
+    let nccl = probe.report["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "nccl")
+        .unwrap()
+        .clone();
+    assert_eq!(nccl["status"], "error", "{nccl}");
+    let detail = nccl["detail"].as_str().unwrap();
+    assert!(detail.contains("libnccl.so.2"), "{detail}");
+}

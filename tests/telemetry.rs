@@ -111,7 +111,8 @@ fn the_red_box_reads_power_temperatures_clocks_and_load_of_six_gpus() {
     assert_eq!(gpu.sm_clock_mhz, Some(43.0));
     assert_eq!(gpu.mem_clock_mhz, Some(96.0));
     assert_eq!(gpu.util_percent, Some(0.0));
-    assert_eq!(gpu.throttling, None, "hwmon cannot tell throttling");
+    // hwmon cannot tell throttling; the card's gpu_metrics table says nothing holds it.
+    assert_eq!(gpu.throttling, Some(vec![]));
     assert_eq!(sample.cpu_temp_c, Some(48.5));
     assert_eq!(sample.t_s, 1.5);
 }
@@ -887,4 +888,36 @@ fn a_killed_worker_leaves_a_readable_telemetry_prefix() {
     assert!(rows
         .iter()
         .all(|r| r.device == "cpu" || r.power_w.is_some()));
+}
+
+#[test]
+fn an_rdna3_card_held_back_by_heat_and_power_says_so_through_gpu_metrics() {
+    let mut sampler = Sampler::discover_sysfs(&fixture("red-throttling"));
+    let sample = sampler.sample(1.0);
+    let held = sample
+        .gpus
+        .iter()
+        .find(|g| g.address.as_deref() == Some("0000:43:00.0"))
+        .unwrap();
+    assert_eq!(
+        held.throttling,
+        Some(vec![ThrottleReason::SwPowerCap, ThrottleReason::HwThermal])
+    );
+    let others: Vec<_> = sample
+        .gpus
+        .iter()
+        .filter(|g| g.address.as_deref() != Some("0000:43:00.0"))
+        .map(|g| g.throttling.clone())
+        .collect();
+    assert!(others.iter().all(|t| t == &Some(vec![])), "{others:?}");
+    let mut watch = LimitWatch::default();
+    watch.observe(&sample);
+    let findings = watch.findings();
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert!(findings[0].contains("0000:43:00.0"), "{}", findings[0]);
+    assert!(
+        findings[0].contains("sw_power_cap, hw_thermal"),
+        "{}",
+        findings[0]
+    );
 }

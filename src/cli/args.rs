@@ -22,6 +22,9 @@ pub enum Command {
     Agent(AgentArgs),
     /// Run a suite in this process and record it.
     Run(RunArgs),
+    /// Run the `health` suite in this process: exit status 0 when every check passed, 1
+    /// when a GPU (or its link) failed one, 3 when a check could not run.
+    Health(RunArgs),
     /// Take the hardware inventory and check it against the box's SKU.
     Detect(DetectArgs),
     /// Ask the agent to start a run.
@@ -192,7 +195,7 @@ pub enum EventFormat {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The suite to run (`inventory`, `acceptance`, `smoke`, `mlperf-resnet`); `acceptance`
+    /// The suite to run (`inventory`, `acceptance`, `health`, `smoke`, `mlperf-resnet`); `acceptance`
     /// when neither this nor `--suite` is given.
     #[arg(value_name = "SUITE")]
     pub suite: Option<String>,

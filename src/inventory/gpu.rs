@@ -281,6 +281,25 @@ impl DriverVersions {
     }
 }
 
+/// The oldest NVIDIA driver branch each model needs: Blackwell's GeForce cards are only
+/// driven by 570 and later, with the open kernel modules (and CUDA 12.8).
+const NVIDIA_MINIMUM_DRIVER: &[(&str, u32, &str)] = &[
+    (
+        "GeForce RTX 5090",
+        570,
+        "570 or later, with the open kernel modules (CUDA 12.8)",
+    ),
+    ("GeForce RTX 4090", 525, "525 or later (CUDA 12.0)"),
+];
+
+/// Why the NVIDIA driver `version` (`550.163.01`) cannot drive `model`, naming both.
+pub fn driver_too_old(model: &str, version: &str) -> Option<String> {
+    let (_, minimum, needs) = NVIDIA_MINIMUM_DRIVER.iter().find(|(m, ..)| *m == model)?;
+    let branch: u32 = version.split('.').next()?.parse().ok()?;
+    (branch < *minimum)
+        .then(|| format!("{model} needs NVIDIA driver {needs}; this system has driver {version}"))
+}
+
 /// The version in `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.120  Fri …`
 /// (the open module writes `… Open Kernel Module for x86_64  570.124.04  Release Build …`).
 pub fn parse_nvidia_version(text: &str) -> Option<String> {
@@ -327,6 +346,11 @@ pub fn find_gpus(
         };
         if device.driver.is_none() {
             findings.push(format!("GPU {}: no driver bound", device.address));
+        }
+        if let (Some(model), Some(version)) = (name, drivers.nvidia.as_deref()) {
+            if let Some(finding) = driver_too_old(model, version) {
+                findings.push(format!("GPU {}: {finding}", device.address));
+            }
         }
         gpus.push(Gpu {
             address: device.address,
@@ -389,6 +413,16 @@ mod tests {
             Some("GeForce RTX 4090")
         );
         assert_eq!(model_name(0x10de, 0x2b85, None), Some("GeForce RTX 5090"));
+    }
+
+    #[test]
+    fn a_driver_older_than_the_model_needs_names_both_versions() {
+        let finding = driver_too_old("GeForce RTX 5090", "550.163.01").unwrap();
+        assert!(finding.contains("570 or later"), "{finding}");
+        assert!(finding.contains("550.163.01"), "{finding}");
+        assert_eq!(driver_too_old("GeForce RTX 5090", "570.124.04"), None);
+        assert_eq!(driver_too_old("GeForce RTX 4090", "550.163.01"), None);
+        assert_eq!(driver_too_old("Radeon RX 7900 XTX", "1.0"), None);
         assert_eq!(model_name(0x10de, 0x2335, None), Some("H200"));
         assert_eq!(model_name(0x10de, 0xffff, None), None);
     }

@@ -4,15 +4,18 @@
 //! code scans the live system and a sysfs-shaped tree on disk. Nothing here fails:
 //! a file that cannot be read or parsed becomes a finding that names it.
 
+pub mod aer;
 mod config_space;
 mod gpu;
 mod host;
+pub mod kernel_log;
 mod nvme;
 mod pci;
 mod read;
 mod render;
 mod sku;
 mod units;
+pub mod xid;
 
 use std::path::{Path, PathBuf};
 
@@ -58,6 +61,10 @@ pub struct HardwareReport {
     pub host: Host,
     pub nvme: Vec<NvmeController>,
     pub pci_devices: Vec<PciDevice>,
+    /// AER counters that moved on any GPU's path since boot.
+    pub link_errors: Vec<aer::LinkErrors>,
+    /// GPU trouble in the kernel's log: Xids, GPUs off the bus, ring timeouts, resets.
+    pub kernel_events: Vec<kernel_log::KernelEvent>,
     /// What the GPU runtimes said; `null` when they were not probed.
     pub runtime: Option<RuntimeReport>,
     pub root: PathBuf,
@@ -113,8 +120,14 @@ impl HardwareReport {
     }
 
     /// 0 when the box meets every expectation (or is unrecognised), 1 when any fails.
+    /// 1 when an expectation failed, or a GPU's link or the kernel's log shows it cannot be
+    /// trusted (an uncorrectable AER error, a lost or broken GPU, a GPU reset).
     pub fn exit_code(&self) -> i32 {
-        i32::from(self.checks.iter().any(|c| c.verdict == Verdict::Fail))
+        i32::from(
+            self.checks.iter().any(|c| c.verdict == Verdict::Fail)
+                || self.link_errors.iter().any(aer::LinkErrors::is_serious)
+                || self.kernel_events.iter().any(|e| e.serious),
+        )
     }
 }
 
@@ -131,6 +144,21 @@ pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareRepo
         compare_runtime_with_bus(runtime, &gpus, &mut findings);
     }
     let nvme = nvme::find_controllers(root, &devices, &mut findings);
+    let gpu_addresses: Vec<PciAddress> = gpus.iter().map(|g| g.address).collect();
+    let link_errors = aer::link_errors(&gpu_addresses, &devices);
+    for errors in &link_errors {
+        findings.push(errors.describe());
+    }
+    let kernel_events = match kernel_log::read_records(root) {
+        Ok(records) => kernel_log::gpu_events(&records, &gpu_addresses),
+        Err(why) => {
+            findings.push(format!("kernel messages not read: {why}"));
+            Vec::new()
+        }
+    };
+    for event in &kernel_events {
+        findings.push(event.describe());
+    }
 
     let (spec, source) = choose_sku(sku, &gpus, &mut findings);
     let checks = spec
@@ -151,6 +179,8 @@ pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareRepo
         host,
         nvme,
         pci_devices: devices.into_values().collect(),
+        link_errors,
+        kernel_events,
         runtime,
         root: root.to_path_buf(),
     }
@@ -272,4 +302,55 @@ mod tests {
         assert_eq!(metric("gpu_memory_gib").map(|v| v.round()), Some(144.0));
         assert_eq!(metric("checks_failed"), Some(0.0));
     }
+}
+
+/// Each GPU's link as trained right now and the AER counters on its path: what the
+/// health check's link test reads before, during and after a load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GpuLinkState {
+    pub gpu: PciAddress,
+    pub path_link: PathLink,
+    /// The widest link every part of the path is capable of (`max_link_width`).
+    pub capable_width: Option<u32>,
+    /// Every device on the path, the GPU first: its address, role and counters (`None`
+    /// where it has no AER files).
+    pub counters: Vec<(PciAddress, aer::PathRole, Option<aer::AerCounters>)>,
+}
+
+pub fn gpu_link_states(root: &Path) -> Vec<GpuLinkState> {
+    let mut findings = Findings::default();
+    let devices = pci::enumerate(root, &mut findings);
+    devices
+        .values()
+        .filter(|d| gpu::gpu_vendor(d).is_some())
+        .map(|device| {
+            let mut path = vec![(device.address, aer::PathRole::Gpu)];
+            for (i, &bridge) in device.upstream.iter().enumerate().rev() {
+                let role = if i == 0 {
+                    aer::PathRole::RootPort
+                } else {
+                    aer::PathRole::Bridge
+                };
+                path.push((bridge, role));
+            }
+            let capable_width = path
+                .iter()
+                .filter_map(|(a, _)| devices.get(a).and_then(|d| d.link.max_width))
+                .min();
+            GpuLinkState {
+                gpu: device.address,
+                path_link: pci::path_link(device, &devices),
+                capable_width,
+                counters: path
+                    .into_iter()
+                    .map(|(address, role)| {
+                        let counters = devices
+                            .get(&address)
+                            .and_then(|d| aer::read_counters(&d.sysfs_dir));
+                        (address, role, counters)
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
 }

@@ -86,10 +86,22 @@ fn versioned(
     names: &[String],
     version: fn(&libloading::Library) -> Option<String>,
 ) -> LibraryStatus {
+    let mut failures = Vec::new();
     for candidate in names {
         // SAFETY: opening a library runs only its own initialisers.
-        let Ok(library) = (unsafe { libloading::Library::new(candidate) }) else {
-            continue;
+        let library = match unsafe { libloading::Library::new(candidate) } {
+            Ok(library) => library,
+            Err(error) => {
+                // A file that is there but does not load (a newer C library, a missing
+                // dependency) is an error, not an absence: keep the loader's words.
+                let detail = std::error::Error::source(&error)
+                    .map(|d| d.to_string())
+                    .unwrap_or_else(|| error.to_string());
+                if !detail.contains("No such file or directory") {
+                    failures.push(detail);
+                }
+                continue;
+            }
         };
         let path = loaded_path(candidate);
         let reported = super::guard::catch(|| version(&library)).ok().flatten();
@@ -101,6 +113,13 @@ fn versioned(
             version: reported.or(from_file),
             path: path.map(|p| p.display().to_string()),
             detail: None,
+        };
+    }
+    if !failures.is_empty() {
+        failures.dedup();
+        return LibraryStatus {
+            status: "error",
+            ..LibraryStatus::not_found(runtime, name, failures.join("; "))
         };
     }
     LibraryStatus::not_found(

@@ -14,6 +14,7 @@ pub mod libraries;
 pub mod library_path;
 mod nvml;
 mod pci;
+pub mod private_libraries;
 pub mod rocm;
 pub mod telemetry;
 
@@ -101,6 +102,7 @@ impl RuntimeReport {
 
 /// Loads each runtime and asks it for its devices. Never panics.
 pub fn probe() -> RuntimeReport {
+    private_libraries::preload();
     RuntimeReport {
         cuda: cuda::probe(),
         hip: hip::probe(),

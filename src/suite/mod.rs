@@ -7,7 +7,13 @@ pub mod record;
 use serde_json::{Map, Value};
 
 /// Suites this build can run.
-pub const SUITES: &[&str] = &["inventory", "acceptance", "smoke", "mlperf-resnet"];
+pub const SUITES: &[&str] = &[
+    "inventory",
+    "acceptance",
+    "health",
+    "smoke",
+    "mlperf-resnet",
+];
 
 /// Suites of the design that this build cannot run yet.
 pub const NOT_IMPLEMENTED_SUITES: &[&str] = &[];
@@ -43,6 +49,7 @@ pub mod gpu_bandwidth;
 pub mod gpu_devices;
 pub mod gpu_gemm;
 pub mod gpu_p2p;
+pub mod health;
 pub mod human;
 pub mod inventory_stage;
 pub mod mlperf_resnet;

@@ -108,6 +108,29 @@ pub const SYNTH_SIZE: OptionSpec = OptionSpec {
     help: "side of the generated images in pixels",
 };
 
+pub const BURN_SECONDS: OptionSpec = OptionSpec {
+    key: "burn_seconds",
+    min: 0.0,
+    max: 86_400.0,
+    integer: false,
+    help: "how long the silent-corruption check loads every GPU, in seconds",
+};
+pub const LINK_LOAD_SECONDS: OptionSpec = OptionSpec {
+    key: "link_load_seconds",
+    min: 0.5,
+    max: 3600.0,
+    integer: false,
+    help: "how long the link-health check copies both ways on every GPU, in seconds",
+};
+
+pub const MEMORY_FRACTION: OptionSpec = OptionSpec {
+    key: "memory_fraction",
+    min: 0.01,
+    max: 0.95,
+    integer: false,
+    help: "share of each GPU's memory the device-memory pattern test covers",
+};
+
 pub const GPU_GEMM_SIZE: OptionSpec = OptionSpec {
     key: "gpu_gemm_size",
     min: 256.0,
@@ -198,7 +221,9 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             TRANSFER_MIB,
             ALLREDUCE_MIB,
             ALLREDUCE_MIN_GBPS,
+            BURN_SECONDS,
         ],
+        "health" => &[BURN_SECONDS, LINK_LOAD_SECONDS, MEMORY_FRACTION],
         "smoke" => &[
             IMAGE_SIZE,
             LOADER_THREADS,
@@ -216,6 +241,7 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
 pub fn text_specs(suite: &str) -> &'static [TextSpec] {
     match suite {
         "acceptance" => &[BACKEND, PRECISION],
+        "health" => &[BACKEND],
         "smoke" => &[DATASET, MODEL, BACKEND],
         "mlperf-resnet" => &[DATASET, BACKEND],
         _ => &[],

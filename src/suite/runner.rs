@@ -13,8 +13,8 @@ use super::event::WorkerEvent;
 use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
 use super::{
-    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, inventory_stage, mlperf_resnet,
-    options, smoke, train_throughput,
+    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, health, inventory_stage,
+    mlperf_resnet, options, smoke, train_throughput,
 };
 use crate::agent::store::{new_run_id, Artifact, Store};
 use crate::cli::args::{EventFormat, RunArgs};
@@ -33,6 +33,13 @@ pub enum StageKind {
     TrainThroughput,
     Smoke,
     MlperfResnet,
+    /// The silent-corruption check, its load `health`'s minutes or `acceptance`'s seconds.
+    GpuCorruption {
+        short: bool,
+    },
+    LinkHealth,
+    KernelMessages,
+    GpuMemory,
 }
 
 impl StageKind {
@@ -47,6 +54,10 @@ impl StageKind {
             StageKind::TrainThroughput => train_throughput::NAME,
             StageKind::Smoke => smoke::NAME,
             StageKind::MlperfResnet => mlperf_resnet::NAME,
+            StageKind::GpuCorruption { .. } => health::corruption_stage::NAME,
+            StageKind::LinkHealth => health::link_stage::NAME,
+            StageKind::KernelMessages => health::kernel_stage::NAME,
+            StageKind::GpuMemory => health::memory_stage::NAME,
         }
     }
 
@@ -61,6 +72,17 @@ impl StageKind {
             StageKind::TrainThroughput => train_throughput::run(ctx),
             StageKind::Smoke => smoke::run(ctx),
             StageKind::MlperfResnet => mlperf_resnet::run(ctx),
+            StageKind::GpuCorruption { short } => health::corruption_stage::run(
+                ctx,
+                if short {
+                    health::corruption_stage::SHORT_BURN_SECONDS
+                } else {
+                    health::corruption_stage::DEFAULT_BURN_SECONDS
+                },
+            ),
+            StageKind::LinkHealth => health::link_stage::run(ctx),
+            StageKind::KernelMessages => health::kernel_stage::run(ctx),
+            StageKind::GpuMemory => health::memory_stage::run(ctx),
         }
     }
 }
@@ -76,7 +98,15 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::GpuBandwidth,
             StageKind::GpuP2p,
             StageKind::GpuAllReduce,
+            StageKind::GpuCorruption { short: true },
             StageKind::TrainThroughput,
+        ]),
+        "health" => Some(vec![
+            StageKind::Inventory,
+            StageKind::KernelMessages,
+            StageKind::GpuCorruption { short: false },
+            StageKind::GpuMemory,
+            StageKind::LinkHealth,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
         "mlperf-resnet" => Some(vec![StageKind::MlperfResnet]),
@@ -339,7 +369,52 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     if let Some(e) = sink_error {
         tracing::warn!(error = %e, "lost the event reader");
     }
-    Ok(if state == RunState::Passed { 0 } else { 1 })
+    Ok(exit_status(&suite, state, &record))
+}
+
+/// `tinyperf health`: the `health` suite, however the arguments name it.
+pub fn health(mut args: RunArgs) -> anyhow::Result<i32> {
+    if let Some(other) = [&args.suite, &args.suite_flag]
+        .into_iter()
+        .flatten()
+        .find(|s| s.as_str() != health::SUITE)
+    {
+        return Err(UsageError(format!(
+            "tinyperf health runs the health suite, not {other}"
+        ))
+        .into());
+    }
+    args.suite = Some(health::SUITE.to_string());
+    args.suite_flag = None;
+    match main(&args) {
+        // A backend that cannot be used: the checks could not run, which is not a fault.
+        Err(e) if e.downcast_ref::<UsageError>().is_none() => {
+            eprintln!("tinyperf: {e:#}");
+            Ok(3)
+        }
+        other => other,
+    }
+}
+
+/// 0 when the run passed, 1 otherwise; the health suite tells a GPU that failed (1) from
+/// a check that could not run (3), so a script never mistakes one for the other.
+fn exit_status(suite: &str, state: RunState, record: &RunRecord) -> i32 {
+    if suite != health::SUITE {
+        return i32::from(state != RunState::Passed);
+    }
+    let verdicts = || {
+        record
+            .stages
+            .iter()
+            .flat_map(|s| std::iter::once(s.verdict).chain(s.checks.iter().map(|c| c.verdict)))
+    };
+    if verdicts().any(|v| v == Verdict::Fail) {
+        1
+    } else if verdicts().any(|v| v == Verdict::Error) || state != RunState::Passed {
+        3
+    } else {
+        0
+    }
 }
 
 fn saves_record(event: &WorkerEvent) -> bool {
@@ -374,7 +449,18 @@ mod tests {
                 "gpu-bandwidth",
                 "gpu-p2p",
                 "gpu-allreduce",
+                "gpu-corruption",
                 "train-throughput"
+            ]
+        );
+        assert_eq!(
+            names("health"),
+            [
+                "inventory",
+                "kernel-messages",
+                "gpu-corruption",
+                "gpu-memory",
+                "link-health"
             ]
         );
         assert_eq!(names("smoke"), ["smoke"]);

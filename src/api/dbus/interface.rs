@@ -30,7 +30,7 @@ fn to_json(value: &impl Serialize) -> Result<String, Agent1Error> {
 
 #[zbus::interface(name = "org.tinyperf.Agent1")]
 impl AgentInterface {
-    /// Starts a run of `suite` (`inventory`, `acceptance`, `smoke`, `mlperf-resnet`)
+    /// Starts a run of `suite` (`inventory`, `acceptance`, `health`, `smoke`, `mlperf-resnet`)
     /// with suite options (numbers, strings, booleans) and returns its id.
     async fn start(
         &self,

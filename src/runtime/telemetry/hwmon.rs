@@ -49,9 +49,17 @@ impl AmdGpu {
             sm_clock_mhz: clocks.sclk.and_then(|p| number(&p)).map(|hz| hz / 1e6),
             mem_clock_mhz: clocks.mclk.and_then(|p| number(&p)).map(|hz| hz / 1e6),
             util_percent: number(&self.device_dir.join("gpu_busy_percent")),
-            // hwmon has no throttle status; over-limit temperatures still show.
-            throttling: None,
+            throttling: self.throttling(),
         }
+    }
+
+    /// What holds the clocks down, from the `gpu_metrics` table (hwmon has no throttle
+    /// status); `None` where the card has no table tinyperf reads.
+    fn throttling(&self) -> Option<Vec<super::sample::ThrottleReason>> {
+        let data = fs::read(self.device_dir.join("gpu_metrics")).ok()?;
+        super::gpu_metrics::parse(&data)
+            .ok()
+            .map(|metrics| metrics.throttle_reasons())
     }
 }
 

@@ -9,6 +9,7 @@
 
 pub mod csv;
 pub mod energy;
+pub mod gpu_metrics;
 pub mod hwmon;
 mod limits;
 mod metrics;

@@ -52,6 +52,7 @@ fn check(call: &'static str, status: dnn::cudnnStatus_t) -> Result<(), DriverErr
 
 /// Whether cuDNN loads with every symbol used here; `Err` says why not.
 pub fn check_library() -> Result<String, String> {
+    crate::runtime::private_libraries::preload();
     crate::runtime::guard::catch(|| {
         // SAFETY: only opens the library by its candidate names.
         if !unsafe { dnn::is_culib_present() } {

@@ -217,7 +217,15 @@ fn load_module(
 ) -> Result<rocm_api::Module, DriverError> {
     let source = source::assemble(Dialect::Hip);
     let options = kernel_options(arch);
-    let version = hiprtc_version(rtc);
+    // hiprtc's own version does not move with every ROCm release; the runtime's does.
+    let mut runtime_version = 0;
+    // SAFETY: writes one int.
+    let _ = unsafe { (hip.api.hipRuntimeGetVersion)(&mut runtime_version) };
+    let version = format!(
+        "{} HIP {}",
+        hiprtc_version(rtc),
+        rocm::format_hip_version(runtime_version)
+    );
     let key = CacheKey {
         runtime: "hip",
         arch,

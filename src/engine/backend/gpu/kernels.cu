@@ -1065,3 +1065,91 @@ KERNEL void ce_backward(const float* logits, const float* labels, int classes,
         }
     }
 }
+
+// ---------------------------------------------------------------- health
+
+// Integer arithmetic, deterministic by construction: rounds of xorshift and an odd
+// multiplier over each index and the seed. Every GPU must give every bit the same.
+KERNEL void health_integer_mix(int* out, long long n, int seed, int rounds) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        unsigned int x = ((unsigned int)i * 2654435769u) ^ (unsigned int)seed;
+        for (int r = 0; r < rounds; ++r) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x = x * 2891336453u + (unsigned int)r;
+        }
+        out[i] = (int)x;
+    }
+}
+
+// Transcendental functions over a spread of arguments: the special-function units
+// and their rounding, the same code on every GPU of a box.
+KERNEL void health_transcendental(float* out, long long n, float scale) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        float x = ((float)(i % 4093) - 2046.0f) * scale;
+        float y = sinf(x) + cosf(x * 0.5f);
+        y = expf(y * 0.5f);
+        out[i] = logf(y + 1.0f) + sqrtf(fabsf(x));
+    }
+}
+
+// Device memory patterns: 0 the element's own address, 1 walking ones, 2 a seeded
+// pseudo-random word; `invert` flips every bit (the second half of moving inversions).
+__device__ unsigned int memory_pattern(long long i, int pattern, int seed, int invert) {
+    unsigned int v;
+    if (pattern == 0) {
+        v = (unsigned int)i ^ (unsigned int)(i >> 32);
+    } else if (pattern == 1) {
+        v = 1u << (unsigned int)((i + seed) & 31);
+    } else {
+        v = (unsigned int)(i * 2654435761ll) ^ (unsigned int)seed;
+        v ^= v >> 15;
+        v *= 2246822519u;
+        v ^= v >> 13;
+    }
+    return invert ? ~v : v;
+}
+
+KERNEL void health_memory_write(int* x, long long n, int pattern, int seed, int invert) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) x[i] = (int)memory_pattern(i, pattern, seed, invert);
+}
+
+// Counts the words that do not hold their pattern, per block, with the lowest such index
+// (n when none): the host adds the blocks up. No atomics, so every run counts alike.
+KERNEL void health_memory_check(const int* x, long long n, int pattern, int seed, int invert,
+                                int* block_errors, long long* block_first) {
+    __shared__ int count[BLOCK];
+    __shared__ long long first[BLOCK];
+    int errors = 0;
+    long long lowest = n;
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (; i < n; i += stride) {
+        if ((unsigned int)x[i] != memory_pattern(i, pattern, seed, invert)) {
+            errors += 1;
+            if (i < lowest) lowest = i;
+        }
+    }
+    count[threadIdx.x] = errors;
+    first[threadIdx.x] = lowest;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) {
+            count[threadIdx.x] += count[threadIdx.x + half];
+            if (first[threadIdx.x + half] < first[threadIdx.x])
+                first[threadIdx.x] = first[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        block_errors[blockIdx.x] = count[0];
+        block_first[blockIdx.x] = first[0];
+    }
+}

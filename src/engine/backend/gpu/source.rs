@@ -106,6 +106,10 @@ pub const KERNEL_NAMES: &[&str] = &[
     "global_avg_forward_bf16",
     "global_avg_backward_f16",
     "global_avg_backward_bf16",
+    "health_integer_mix",
+    "health_transcendental",
+    "health_memory_write",
+    "health_memory_check",
 ];
 
 /// The complete translation unit for `dialect`.

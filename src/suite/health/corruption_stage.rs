@@ -1,0 +1,78 @@
+//! The `gpu-corruption` stage of `health` (and, short, of `acceptance`): the silent-
+//! corruption check on every GPU at once, a check per GPU.
+
+use std::time::Duration;
+
+use super::corruption::{self, Sizes};
+use super::Outcome;
+use crate::engine::backend::gpu::driver::GpuDriver;
+use crate::suite::gpu_devices::{self, GpuChoice};
+use crate::suite::options::{self, BURN_SECONDS};
+use crate::suite::record::{Check, StageResult, Verdict};
+use crate::suite::stage::{StageContext, StageReport};
+
+pub const NAME: &str = "gpu-corruption";
+/// `health`'s default load: minutes, as SDC screening needs time at temperature.
+pub const DEFAULT_BURN_SECONDS: f64 = 120.0;
+/// `acceptance`'s short form.
+pub const SHORT_BURN_SECONDS: f64 = 10.0;
+/// Workload sizes that load a GPU: 2048³ GEMMs, 16 M-element kernels.
+const GPU_SIZES: Sizes = Sizes {
+    gemm: 2048,
+    elements: 1 << 24,
+};
+
+pub fn run(ctx: &mut StageContext<'_>, default_burn_seconds: f64) -> StageResult {
+    let mut report = StageReport::new(NAME);
+    let burn = options::number(ctx.options, BURN_SECONDS, default_burn_seconds);
+    let backends = match gpu_devices::open(ctx.options) {
+        Ok(GpuChoice::Gpus { backends, .. }) => backends,
+        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
+        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    };
+    let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
+    ctx.progress(
+        0.0,
+        Some(format!(
+            "{} GPU(s): the same seeded workloads on every GPU for {burn:.0} s",
+            drivers.len()
+        )),
+    );
+    let cancel = ctx.cancel;
+    let found = corruption::check(&drivers, GPU_SIZES, Duration::from_secs_f64(burn), &|| {
+        cancel.load(std::sync::atomic::Ordering::Relaxed)
+    });
+    report.metric("rounds", found.rounds as f64, "count");
+    report.metric("burn_seconds", found.seconds, "s");
+    for (i, (driver, gpu)) in drivers.iter().zip(&found.per_gpu).enumerate() {
+        let address = driver.info().pci_address.clone();
+        let mismatches: u64 = gpu.mismatches.values().sum();
+        report.metric(
+            &format!("gpu{i}_mismatched_rounds"),
+            mismatches as f64,
+            "count",
+        );
+        let verdict = match gpu.outcome() {
+            Outcome::Pass => Verdict::Pass,
+            Outcome::Fail => Verdict::Fail,
+            _ => Verdict::Error,
+        };
+        report.checks.push(Check {
+            name: "silent corruption".into(),
+            subject: address,
+            expected: format!(
+                "bit-identical to the other GPUs and to the CPU reference over {} rounds",
+                found.rounds
+            ),
+            found: gpu.reason().unwrap_or_else(|| "identical".into()),
+            verdict,
+        });
+    }
+    let summary = format!(
+        "{} rounds in {:.0} s on {} GPU(s)",
+        found.rounds,
+        found.seconds,
+        drivers.len()
+    );
+    report.finish(Some(summary))
+}

@@ -1,0 +1,99 @@
+//! The `gpu-memory` stage of `health`: the device-memory pattern test on every GPU at
+//! once, over `memory_fraction` of each one's memory, a check per GPU.
+
+use crate::engine::backend::gpu::driver::GpuDriver;
+use crate::suite::gpu_devices::{self, GpuChoice};
+use crate::suite::options::{self, MEMORY_FRACTION};
+use crate::suite::record::{Check, StageResult, Verdict};
+use crate::suite::stage::{StageContext, StageReport};
+
+use super::memory;
+
+pub const NAME: &str = "gpu-memory";
+pub const DEFAULT_FRACTION: f64 = 0.8;
+const CHUNK_BYTES: usize = 256 << 20;
+
+pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
+    let mut report = StageReport::new(NAME);
+    let fraction = options::number(ctx.options, MEMORY_FRACTION, DEFAULT_FRACTION);
+    let backends = match gpu_devices::open(ctx.options) {
+        Ok(GpuChoice::Gpus { backends, .. }) => backends,
+        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
+        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    };
+    let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
+    ctx.progress(
+        0.0,
+        Some(format!(
+            "patterns over {:.0} % of every GPU's memory",
+            fraction * 100.0
+        )),
+    );
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = drivers
+            .iter()
+            .enumerate()
+            .map(|(i, &driver)| {
+                let budget = (driver.info().memory_bytes as f64 * fraction) as u64;
+                scope.spawn(move || memory::test(driver, budget, CHUNK_BYTES, i as i32))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(panicked())))
+            .collect()
+    });
+    for (i, (driver, result)) in drivers.iter().zip(results).enumerate() {
+        let subject = driver.info().pci_address.clone();
+        let (found, verdict) = match result {
+            Ok(found) => {
+                report.metric(
+                    &format!("gpu{i}_memory_tested_gib"),
+                    found.tested_bytes as f64 / (1u64 << 30) as f64,
+                    "GiB",
+                );
+                report.metric(&format!("gpu{i}_memory_gbps"), found.gbps, "GB/s");
+                if found.bad.is_empty() {
+                    (
+                        format!(
+                            "{:.1} GiB, no error",
+                            found.tested_bytes as f64 / (1u64 << 30) as f64
+                        ),
+                        Verdict::Pass,
+                    )
+                } else {
+                    let ranges: Vec<String> = found
+                        .bad
+                        .iter()
+                        .map(|b| {
+                            format!(
+                                "{} bad words in bytes {:#x}..{:#x} (first at {:#x}, {})",
+                                b.errors,
+                                b.offset,
+                                b.offset + b.bytes,
+                                b.offset + b.first_bad_offset,
+                                b.pattern
+                            )
+                        })
+                        .collect();
+                    (ranges.join("; "), Verdict::Fail)
+                }
+            }
+            Err(e) => (format!("could not run: {e}"), Verdict::Error),
+        };
+        report.checks.push(Check {
+            name: "device memory".into(),
+            subject,
+            expected: "every word holds what was written, in every pattern".into(),
+            found,
+            verdict,
+        });
+    }
+    report.finish(None)
+}
+
+fn panicked() -> crate::engine::backend::gpu::driver::DriverError {
+    crate::engine::backend::gpu::driver::DriverError::InvalidArgument(
+        "the memory test panicked".into(),
+    )
+}
