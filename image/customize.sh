@@ -80,7 +80,8 @@ for kdir in "$root"/lib/modules/*/; do
             for log in "$root/var/lib/dkms/$m"/*/build/make.log "$root/var/lib/dkms/$m"/*/"$kver"/*/log/make.log; do
                 [ -f "$log" ] && { echo "--- ${log#"$root"}" >&2; tail -30 "$log" >&2; }
             done
-            die "DKMS did not build $m for kernel $kver ($(chroot "$root" dkms status -m "$m" 2>&1 | tr '\n' ' '))"
+            st=$(chroot "$root" dkms status -m "$m" 2>&1 | tr '\n' ' ')
+            die "DKMS did not build $m for kernel $kver (dkms status: ${st:-nothing for $m; does a package in PACKAGES ship it?})"
         fi
         echo "dkms: $(chroot "$root" dkms status -m "$m" -k "$kver" | head -1)" >>"$work/dkms.manifest"
     done
