@@ -74,19 +74,22 @@ if [ "$inside" = 1 ]; then
     # also takes it (.zst, .xz).
     have_file() { [ -f "$R$1" ] || [ -f "$R$1.zst" ] || [ -f "$R$1.xz" ]; }
 
-    # /proc of this PID namespace, the host's /sys read-only, a /dev with
-    # only the pseudo devices, fresh /run and /tmp.
-    mount -t proc proc "$R/proc"
-    mount --rbind -o ro /sys "$R/sys" 2>/dev/null || mount -t sysfs -o ro sysfs "$R/sys"
-    mount -t tmpfs -o mode=0755 dev "$R/dev"
+    # /proc of this PID namespace, a read-only sysfs (the host's devices, this
+    # network namespace's interfaces), a /dev with only the pseudo devices,
+    # fresh /run and /tmp.
+    # Nothing is written into the root filesystem if these fail.
+    if ! { mount -t proc proc "$R/proc" && mount -t sysfs -o ro sysfs "$R/sys" &&
+        mount -t tmpfs -o mode=0755 dev "$R/dev" && mount -t tmpfs -o mode=0755 run "$R/run" &&
+        mount -t tmpfs -o mode=1777 tmp "$R/tmp"; }; then
+        flunk "cannot mount /proc, /sys, /dev, /run and /tmp in $R"
+        exit 1
+    fi
     for d in null:1:3 zero:1:5 full:1:7 random:1:8 urandom:1:9 tty:5:0; do
         IFS=: read -r n major minor <<<"$d"
         mknod -m 0666 "$R/dev/$n" c "$major" "$minor"
     done
     mkdir -p "$R/dev/shm" "$R/dev/pts"
     mount -t tmpfs -o mode=1777 shm "$R/dev/shm"
-    mount -t tmpfs -o mode=0755 run "$R/run"
-    mount -t tmpfs -o mode=1777 tmp "$R/tmp"
     ip link set lo up 2>/dev/null || in_image ip link set lo up
 
     # The unit's environment: Environment= of tinyperf.service, then of its
