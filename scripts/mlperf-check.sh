@@ -4,6 +4,8 @@
 #
 #   scripts/mlperf-check.sh compliance LOGFILE    MLLOG compliance, closed ResNet, training 4.0.0
 #   scripts/mlperf-check.sh system-desc JSONFILE  system description, training 4.0.0
+#   scripts/mlperf-check.sh package ORGDIR        submission package checker, training 4.0.0
+#   scripts/mlperf-check.sh summarize ORGDIR      result summarizer, training 4.0.0 (prints its table)
 #   scripts/mlperf-check.sh python                prints the environment's python (makes it first)
 #
 # Exits 0 only when the checker reports success. The environment lives at $TINYPERF_VENV,
@@ -18,7 +20,7 @@ venv=${TINYPERF_VENV:-$repo_root/.venv}
 python_bin=${PYTHON:-python3}
 
 usage() {
-	sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+	sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 	exit 2
 }
 
@@ -99,6 +101,26 @@ system-desc)
 	# This checker exits 0 whatever it finds; only its message tells.
 	run_checker 'System description checker passed' mlperf_logging.system_desc_checker \
 		--log_output system_desc_checker.log "$file" training "$RULESET"
+	;;
+package)
+	[[ $# -eq 1 ]] || usage
+	dir=$(realpath -e -- "$1") || die "no such package: $1"
+	ensure_venv
+	# Exits 0 whatever it finds; only its last verdict tells.
+	run_checker 'PACKAGE CHECKER FOUND NO ERRORS, SUCCESS' mlperf_logging.package_checker \
+		--log_output package_checker.log "$dir" training "$RULESET"
+	;;
+summarize)
+	[[ $# -eq 1 ]] || usage
+	dir=$(realpath -e -- "$1") || die "no such package: $1"
+	ensure_venv
+	scratch=$(mktemp -d)
+	trap 'rm -rf "$scratch"' EXIT
+	# It prints only headings; the scores go to summary.json in the current folder.
+	(cd "$scratch" && "$venv/bin/python" -m mlperf_logging.result_summarizer "$dir" training "$RULESET") ||
+		die "the result summarizer failed"
+	[[ -s $scratch/summary.json ]] || die "the result summarizer wrote no summary"
+	cat "$scratch/summary.json"
 	;;
 python)
 	[[ $# -eq 0 ]] || usage

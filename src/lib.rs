@@ -8,6 +8,7 @@ pub mod api;
 pub mod cli;
 pub mod engine;
 pub mod inventory;
+pub mod mlperf;
 pub mod runtime;
 pub mod suite;
 

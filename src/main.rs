@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         Command::Show(args) => runtime().and_then(|rt| rt.block_on(client::show(&args))),
         Command::Dataset(command) => tinyperf::cli::dataset::main(&command),
         Command::Gpu(command) => tinyperf::cli::gpu::main(&command),
+        Command::Mlperf(command) => tinyperf::cli::mlperf::main(&command),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -742,3 +742,33 @@ mod memory_test {
         assert_eq!(found.bad[1].offset, CHUNK as u64);
     }
 }
+
+#[test]
+fn gpus_pulsed_together_all_finish_even_when_one_cannot_load_on_an_emulated_device() {
+    use std::sync::Barrier;
+    use std::time::{Duration, Instant};
+    use tinyperf::suite::health::pulse_stage::pulse;
+
+    // The emulated device has no vendor BLAS, so its products fail: each GPU thread must
+    // still meet every barrier and end, never leaving the others waiting.
+    let drivers: Vec<Arc<EmulatedDevice>> = vec![EmulatedDevice::shared(); 3];
+    let barrier = Barrier::new(drivers.len());
+    let started = Instant::now();
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = drivers
+            .iter()
+            .map(|d| {
+                let barrier = &barrier;
+                scope.spawn(move || pulse(d.as_ref(), barrier, Duration::from_millis(200)))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(results.iter().all(|r| r.is_err()), "{results:?}");
+    // Four frequencies of 0.2 s each, idle halves included, and no more.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -88,6 +88,31 @@ fn a_gpu_whose_log_shows_it_lost_fails_its_check_and_health_exits_1() {
         findings.contains("0000:f1:00.0 (no GPU at that address"),
         "{findings}"
     );
+    // The health result beside the record, in the shape its schema gives.
+    let run_dir = std::fs::read_dir(state.path().join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let result: Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("health.json")).unwrap()).unwrap();
+    assert_conforms(&result, &schema(), &schema());
+    assert_eq!(result["exit_status"], 1);
+    let outcomes: Vec<(&str, &str)> = result["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["address"].as_str().unwrap(),
+                g["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(outcomes.len(), 6, "{outcomes:?}");
+    assert!(outcomes.contains(&("0000:41:00.0", "fail")), "{outcomes:?}");
+    assert!(outcomes.contains(&("0000:01:00.0", "pass")), "{outcomes:?}");
     // Without a runtime the GPU checks skip, saying why.
     for name in ["gpu-corruption", "link-health"] {
         let s = stage(&record, name);
@@ -129,4 +154,56 @@ fn health_runs_only_the_health_suite() {
     let out = health(&["smoke"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("runs the health suite, not smoke"));
+}
+
+fn schema() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/health-result.schema.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Holds `value` to the parts of JSON Schema the health result's schema uses: required
+/// keys, types, enums, constants and references into `$defs`.
+fn assert_conforms(value: &Value, schema: &Value, root: &Value) {
+    if let Some(reference) = schema["$ref"].as_str() {
+        let name = reference.trim_start_matches("#/$defs/");
+        return assert_conforms(value, &root["$defs"][name], root);
+    }
+    if let Some(constant) = schema.get("const") {
+        assert_eq!(value, constant);
+    }
+    if let Some(choices) = schema["enum"].as_array() {
+        assert!(choices.contains(value), "{value} not in {choices:?}");
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    if !types.is_empty() {
+        let kind = match value {
+            Value::Null => "null",
+            Value::Bool(_) => "boolean",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        assert!(types.contains(&kind), "{value} is not {types:?}");
+    }
+    for key in schema["required"].as_array().into_iter().flatten() {
+        let key = key.as_str().unwrap();
+        assert!(value.get(key).is_some(), "missing {key} in {value}");
+    }
+    if let Some(properties) = schema["properties"].as_object() {
+        for (key, sub) in properties {
+            if let Some(v) = value.get(key) {
+                assert_conforms(v, sub, root);
+            }
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for item in array {
+            assert_conforms(item, items, root);
+        }
+    }
 }

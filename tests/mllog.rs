@@ -7,7 +7,8 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use tinyperf::engine::mllog::{
-    drop_page_cache_via, keys, CacheFlush, MlLog, MlLogError, RunConfig, RunStatus, Submission,
+    drop_page_cache_via, keys, CacheFlush, Division, MlLog, MlLogError, RunConfig, RunStatus,
+    Submission,
 };
 use tinyperf::suite::system_desc::{submission_platform, system_description, SoftwareStack};
 
@@ -438,7 +439,7 @@ fn a_tinybox_green_system_description_passes_the_checker() {
     let platform = submission_platform(&inventory);
     assert_eq!(platform, "tinybox_green");
     let software = SoftwareStack::new("Ubuntu 22.04.4 LTS".into());
-    let desc = system_description(&inventory, &platform, &software);
+    let desc = system_description(&inventory, &platform, &software, Division::Closed);
 
     assert_eq!(desc["submitter"], "tinycorp");
     assert_eq!(desc["division"], "closed");
@@ -515,8 +516,9 @@ fn this_machine_system_description_passes_the_checker() {
         !software.operating_system.is_empty(),
         "/etc/os-release names no system"
     );
-    let desc = system_description(&inventory, &platform, &software);
+    let desc = system_description(&inventory, &platform, &software, Division::Open);
     assert_eq!(desc["system_name"], platform.as_str());
+    assert_eq!(desc["division"], "open");
 
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("system.json");

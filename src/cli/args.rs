@@ -43,6 +43,54 @@ pub enum Command {
     /// Check and measure the GPU backends on this machine's GPUs.
     #[command(subcommand)]
     Gpu(GpuCommand),
+    /// Score MLPerf Training ResNet results and write submission packages.
+    #[command(subcommand)]
+    Mlperf(MlperfCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MlperfCommand {
+    /// Score MLLOG files, a results folder or a submission folder as
+    /// mlperf_logging.result_summarizer does (ruleset 4.0.0).
+    Score(MlperfScoreArgs),
+    /// Write a submission package (ORG/systems, ORG/results, ORG/benchmarks) from five
+    /// recorded runs.
+    Package(MlperfPackageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MlperfPackageArgs {
+    /// The submitting organisation: the package's top folder and the system
+    /// description's `submitter`.
+    #[arg(long)]
+    pub org: String,
+    /// The system's name: `systems/NAME.json` and `results/NAME/`.
+    #[arg(long)]
+    pub system: String,
+    /// The division the runs were made under (checked against their MLLOG; by default
+    /// taken from it).
+    #[arg(long, value_parser = ["closed", "open"])]
+    pub division: Option<String>,
+    /// The folder ORG/ is written in.
+    #[arg(long, default_value = ".")]
+    pub out: PathBuf,
+    /// Print what was written, and the package's score, as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Run folders (`STATE/runs/<id>/`, with run.json and mllog.txt, or result_N/mllog.txt
+    /// for a run of several).
+    #[arg(required = true, value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct MlperfScoreArgs {
+    /// MLLOG files, run folders, `results/<system>/resnet/` folders or submission folders.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Print one JSON object with a `systems` list.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]

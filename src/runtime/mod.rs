@@ -13,7 +13,10 @@ mod hip;
 pub mod libraries;
 pub mod library_path;
 mod nvml;
+
+pub use nvml::pcie_replay_counters;
 mod pci;
+pub mod power;
 pub mod private_libraries;
 pub mod rocm;
 pub mod telemetry;

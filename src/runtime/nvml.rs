@@ -86,3 +86,28 @@ fn describe(call: &str, error: &NvmlError) -> String {
         _ => format!("{call} failed: {error}"),
     }
 }
+
+/// Each NVIDIA GPU's PCIe replay counter (link-level retransmissions since the driver
+/// loaded), by PCI address in sysfs spelling; empty without NVML or a GPU.
+pub fn pcie_replay_counters() -> std::collections::BTreeMap<String, u64> {
+    guard::catch(|| {
+        let mut counters = std::collections::BTreeMap::new();
+        let Ok(nvml) = Nvml::init() else {
+            return counters;
+        };
+        for index in 0..nvml.device_count().unwrap_or(0) {
+            let Ok(device) = nvml.device_by_index(index) else {
+                continue;
+            };
+            let address = device
+                .pci_info()
+                .ok()
+                .and_then(|pci| normalise_pci_address(&pci.bus_id));
+            if let (Some(address), Ok(replays)) = (address, device.pcie_replay_counter()) {
+                counters.insert(address, u64::from(replays));
+            }
+        }
+        counters
+    })
+    .unwrap_or_default()
+}

@@ -15,14 +15,42 @@ pub const NAME: &str = "mlperf-resnet";
 pub const DEFAULT_DATASET: &str = "/raid/datasets/imagenet";
 pub const IMAGE_SIDE: usize = 224;
 
-pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
+/// The most runs one suite run makes.
+pub const MAX_RUNS: usize = 10;
+const RUN_NAMES: [&str; MAX_RUNS] = [
+    "mlperf-resnet-1",
+    "mlperf-resnet-2",
+    "mlperf-resnet-3",
+    "mlperf-resnet-4",
+    "mlperf-resnet-5",
+    "mlperf-resnet-6",
+    "mlperf-resnet-7",
+    "mlperf-resnet-8",
+    "mlperf-resnet-9",
+    "mlperf-resnet-10",
+];
+
+/// The stage name of run `n` (1-based) of several.
+pub fn run_name(n: u8) -> &'static str {
+    RUN_NAMES[(usize::from(n).clamp(1, MAX_RUNS)) - 1]
+}
+
+/// The folder, inside the run's, that run `n` (1-based) of several writes its MLLOG,
+/// system description and power log into: `result_{n-1}`, as the package names them.
+pub fn result_folder(n: u8) -> String {
+    format!("result_{}", n.saturating_sub(1))
+}
+
+/// One training run; `nth` is its place among several, `None` for a single run.
+pub fn run(ctx: &mut StageContext<'_>, nth: Option<u8>) -> StageResult {
+    let name = nth.map_or(NAME, run_name);
     let recipe = match training::recipe_for(NAME, ctx.options) {
         Ok(r) => r,
-        Err(e) => return StageReport::new(NAME).finish_as(Verdict::Error, Some(e.to_string())),
+        Err(e) => return StageReport::new(name).finish_as(Verdict::Error, Some(e.to_string())),
     };
     let dataset = PathBuf::from(options::text(ctx.options, DATASET).unwrap_or(DEFAULT_DATASET));
     if !dataset.exists() {
-        return StageReport::new(NAME).finish_as(
+        return StageReport::new(name).finish_as(
             Verdict::Error,
             Some(format!(
                 "ImageNet is not at {}: put it there in folder layout (train/ and val/, a \
@@ -33,7 +61,8 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     }
     let image_size = options::number(ctx.options, IMAGE_SIZE, IMAGE_SIDE as f64) as usize;
     let job = TrainJob {
-        stage: NAME,
+        stage: name,
+        result_folder: nth.map(result_folder),
         dataset,
         recipe,
         model: ModelChoice::ResNet50,

@@ -13,6 +13,7 @@ pub const SUITES: &[&str] = &[
     "health",
     "smoke",
     "mlperf-resnet",
+    "external",
 ];
 
 /// Suites of the design that this build cannot run yet.
@@ -36,6 +37,9 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
             SUITES.join(", ")
         ));
     }
+    if suite == external::NAME {
+        return external::spec(options).map(|_| ());
+    }
     options::validate(suite, options)?;
     if options::takes_recipe(suite) {
         training::recipe_for(suite, options).map_err(|e| e.to_string())?;
@@ -44,6 +48,7 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
 }
 pub mod cpu_gemm;
 pub mod cpu_peak;
+pub mod external;
 pub mod gpu_allreduce;
 pub mod gpu_bandwidth;
 pub mod gpu_devices;
@@ -52,6 +57,7 @@ pub mod gpu_p2p;
 pub mod health;
 pub mod human;
 pub mod inventory_stage;
+pub mod mlperf_package;
 pub mod mlperf_resnet;
 pub mod runner;
 pub mod smoke;

@@ -123,6 +123,20 @@ pub const LINK_LOAD_SECONDS: OptionSpec = OptionSpec {
     help: "how long the link-health check copies both ways on every GPU, in seconds",
 };
 
+pub const PULSE_SECONDS: OptionSpec = OptionSpec {
+    key: "pulse_seconds",
+    min: 0.0,
+    max: 3600.0,
+    integer: false,
+    help: "how long every GPU is switched between load and idle together (0: off)",
+};
+pub const THROTTLE_SECONDS: OptionSpec = OptionSpec {
+    key: "throttle_seconds",
+    min: 1.0,
+    max: 3600.0,
+    integer: false,
+    help: "how long every GPU is loaded while its throttling and temperatures are watched",
+};
 pub const MEMORY_FRACTION: OptionSpec = OptionSpec {
     key: "memory_fraction",
     min: 0.01,
@@ -174,6 +188,14 @@ pub const ALLREDUCE_MIN_GBPS: OptionSpec = OptionSpec {
     help: "all-reduce bus bandwidth the box must reach, in GB/s",
 };
 
+pub const RUNS: OptionSpec = OptionSpec {
+    key: "runs",
+    min: 1.0,
+    max: 10.0,
+    integer: true,
+    help: "training runs, each seeded apart; 5 also writes the submission package",
+};
+
 /// An option whose value is text: a path, or one of a few names.
 #[derive(Debug, Clone, Copy)]
 pub struct TextSpec {
@@ -223,7 +245,12 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             ALLREDUCE_MIN_GBPS,
             BURN_SECONDS,
         ],
-        "health" => &[BURN_SECONDS, LINK_LOAD_SECONDS, MEMORY_FRACTION],
+        "health" => &[
+            BURN_SECONDS,
+            LINK_LOAD_SECONDS,
+            MEMORY_FRACTION,
+            PULSE_SECONDS,
+        ],
         "smoke" => &[
             IMAGE_SIZE,
             LOADER_THREADS,
@@ -232,7 +259,7 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             SYNTH_VAL_PER_CLASS,
             SYNTH_SIZE,
         ],
-        "mlperf-resnet" => &[IMAGE_SIZE, LOADER_THREADS],
+        "mlperf-resnet" => &[IMAGE_SIZE, LOADER_THREADS, RUNS],
         _ => &[],
     }
 }

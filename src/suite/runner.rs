@@ -13,8 +13,8 @@ use super::event::WorkerEvent;
 use super::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
 use super::stage::StageContext;
 use super::{
-    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, health, inventory_stage,
-    mlperf_resnet, options, smoke, train_throughput,
+    cpu_gemm, external, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, health, inventory_stage,
+    mlperf_package, mlperf_resnet, options, smoke, train_throughput,
 };
 use crate::agent::store::{new_run_id, Artifact, Store};
 use crate::cli::args::{EventFormat, RunArgs};
@@ -33,6 +33,12 @@ pub enum StageKind {
     TrainThroughput,
     Smoke,
     MlperfResnet,
+    /// Run `n` (1-based) of an `mlperf-resnet` suite of several runs.
+    MlperfResnetRun(u8),
+    /// The submission package of the runs before it.
+    MlperfPackage,
+    /// Another framework's benchmark, run as a command.
+    External,
     /// The silent-corruption check, its load `health`'s minutes or `acceptance`'s seconds.
     GpuCorruption {
         short: bool,
@@ -40,6 +46,8 @@ pub enum StageKind {
     LinkHealth,
     KernelMessages,
     GpuMemory,
+    PowerPulse,
+    Throttling,
 }
 
 impl StageKind {
@@ -54,10 +62,15 @@ impl StageKind {
             StageKind::TrainThroughput => train_throughput::NAME,
             StageKind::Smoke => smoke::NAME,
             StageKind::MlperfResnet => mlperf_resnet::NAME,
+            StageKind::MlperfResnetRun(n) => mlperf_resnet::run_name(n),
+            StageKind::MlperfPackage => mlperf_package::NAME,
+            StageKind::External => external::NAME,
             StageKind::GpuCorruption { .. } => health::corruption_stage::NAME,
             StageKind::LinkHealth => health::link_stage::NAME,
             StageKind::KernelMessages => health::kernel_stage::NAME,
             StageKind::GpuMemory => health::memory_stage::NAME,
+            StageKind::PowerPulse => health::pulse_stage::NAME,
+            StageKind::Throttling => health::throttle_stage::NAME,
         }
     }
 
@@ -71,7 +84,10 @@ impl StageKind {
             StageKind::GpuAllReduce => gpu_allreduce::run(ctx),
             StageKind::TrainThroughput => train_throughput::run(ctx),
             StageKind::Smoke => smoke::run(ctx),
-            StageKind::MlperfResnet => mlperf_resnet::run(ctx),
+            StageKind::MlperfResnet => mlperf_resnet::run(ctx, None),
+            StageKind::MlperfResnetRun(n) => mlperf_resnet::run(ctx, Some(n)),
+            StageKind::MlperfPackage => mlperf_package::run(ctx),
+            StageKind::External => external::run(ctx),
             StageKind::GpuCorruption { short } => health::corruption_stage::run(
                 ctx,
                 if short {
@@ -83,8 +99,29 @@ impl StageKind {
             StageKind::LinkHealth => health::link_stage::run(ctx),
             StageKind::KernelMessages => health::kernel_stage::run(ctx),
             StageKind::GpuMemory => health::memory_stage::run(ctx),
+            StageKind::PowerPulse => health::pulse_stage::run(ctx),
+            StageKind::Throttling => health::throttle_stage::run(ctx),
         }
     }
+}
+
+/// The stages of `suite` with `options`: `mlperf-resnet` with `runs=N` trains N times
+/// and, for five runs, packages them.
+pub fn plan_for(suite: &str, options: &Map<String, Value>) -> Option<Vec<StageKind>> {
+    let runs = options
+        .get(options::RUNS.key)
+        .and_then(Value::as_u64)
+        .unwrap_or(1);
+    if suite == mlperf_resnet::NAME && runs > 1 {
+        let mut stages: Vec<StageKind> = (1..=runs.min(mlperf_resnet::MAX_RUNS as u64))
+            .map(|n| StageKind::MlperfResnetRun(n as u8))
+            .collect();
+        if runs as usize == crate::mlperf::score::RESULTS_NEEDED {
+            stages.push(StageKind::MlperfPackage);
+        }
+        return Some(stages);
+    }
+    plan(suite)
 }
 
 /// The stages of `suite`, in order.
@@ -107,9 +144,12 @@ pub fn plan(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::GpuCorruption { short: false },
             StageKind::GpuMemory,
             StageKind::LinkHealth,
+            StageKind::Throttling,
+            StageKind::PowerPulse,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
         "mlperf-resnet" => Some(vec![StageKind::MlperfResnet]),
+        "external" => Some(vec![StageKind::External]),
         _ => None,
     }
 }
@@ -319,7 +359,8 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     let telemetry_interval = args.telemetry_interval()?;
     let suite = args.suite_name().map_err(UsageError)?;
     super::validate(&suite, &options).map_err(UsageError)?;
-    let stages = plan(&suite).ok_or_else(|| UsageError(format!("suite {suite} has no plan")))?;
+    let stages = plan_for(&suite, &options)
+        .ok_or_else(|| UsageError(format!("suite {suite} has no plan")))?;
     require_backend(&options)?;
     if let Some(dir) = &args.run_dir {
         std::fs::create_dir_all(dir)
@@ -369,6 +410,21 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     if let Some(e) = sink_error {
         tracing::warn!(error = %e, "lost the event reader");
     }
+    if suite == health::SUITE {
+        let result = health::result::from_record(&record);
+        if format == EventFormat::Human {
+            print!("{}", health::result::table(&result));
+        }
+        if let Some(dir) = &run_options.run_dir {
+            let path = dir.join(health::result::FILE_NAME);
+            let written = serde_json::to_vec_pretty(&result)
+                .map_err(std::io::Error::other)
+                .and_then(|json| std::fs::write(&path, json));
+            if let Err(e) = written {
+                tracing::warn!(path = %path.display(), error = %e, "cannot write the health result");
+            }
+        }
+    }
     Ok(exit_status(&suite, state, &record))
 }
 
@@ -399,21 +455,10 @@ pub fn health(mut args: RunArgs) -> anyhow::Result<i32> {
 /// 0 when the run passed, 1 otherwise; the health suite tells a GPU that failed (1) from
 /// a check that could not run (3), so a script never mistakes one for the other.
 fn exit_status(suite: &str, state: RunState, record: &RunRecord) -> i32 {
-    if suite != health::SUITE {
-        return i32::from(state != RunState::Passed);
-    }
-    let verdicts = || {
-        record
-            .stages
-            .iter()
-            .flat_map(|s| std::iter::once(s.verdict).chain(s.checks.iter().map(|c| c.verdict)))
-    };
-    if verdicts().any(|v| v == Verdict::Fail) {
-        1
-    } else if verdicts().any(|v| v == Verdict::Error) || state != RunState::Passed {
-        3
+    if suite == health::SUITE {
+        health::result::exit_status(record)
     } else {
-        0
+        i32::from(state != RunState::Passed)
     }
 }
 
@@ -460,12 +505,35 @@ mod tests {
                 "kernel-messages",
                 "gpu-corruption",
                 "gpu-memory",
-                "link-health"
+                "link-health",
+                "throttling",
+                "power-pulse"
             ]
         );
         assert_eq!(names("smoke"), ["smoke"]);
         assert_eq!(names("mlperf-resnet"), ["mlperf-resnet"]);
         assert!(plan("nope").is_none());
+        let mut five = Map::new();
+        five.insert("runs".into(), 5.into());
+        let stages: Vec<&str> = plan_for("mlperf-resnet", &five)
+            .unwrap()
+            .iter()
+            .map(|k| k.name())
+            .collect();
+        assert_eq!(
+            stages,
+            [
+                "mlperf-resnet-1",
+                "mlperf-resnet-2",
+                "mlperf-resnet-3",
+                "mlperf-resnet-4",
+                "mlperf-resnet-5",
+                "mlperf-package"
+            ]
+        );
+        five.insert("runs".into(), 2.into());
+        assert_eq!(plan_for("mlperf-resnet", &five).unwrap().len(), 2);
+        assert_eq!(plan_for("smoke", &five).unwrap().len(), 1);
     }
 
     #[test]

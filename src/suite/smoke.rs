@@ -90,6 +90,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         .unwrap_or(DEFAULT_MODEL);
     let job = TrainJob {
         stage: NAME,
+        result_folder: None,
         dataset,
         recipe,
         model,

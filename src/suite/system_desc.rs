@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use crate::engine::mllog::SUBMITTER;
+use crate::engine::mllog::{Division, SUBMITTER};
 
 /// The availability the checker accepts for a box the submitter owns and runs.
 pub const STATUS_ON_PREMISE: &str = "Available on-premise";
@@ -78,9 +78,16 @@ pub fn submission_platform(hardware: &Value) -> String {
     }
 }
 
-/// The system description of the box `hardware` (the inventory's JSON) as `platform`.
-/// Reads the inventory defensively: a missing or odd field leaves its entry empty.
-pub fn system_description(hardware: &Value, platform: &str, software: &SoftwareStack) -> Value {
+/// The system description of the box `hardware` (the inventory's JSON) as `platform`,
+/// for results of `division` (the package checker applies that division's rules, so it
+/// must be the one the runs logged). Reads the inventory defensively: a missing or odd
+/// field leaves its entry empty.
+pub fn system_description(
+    hardware: &Value,
+    platform: &str,
+    software: &SoftwareStack,
+    division: Division,
+) -> Value {
     let host = hardware.get("host").unwrap_or(&Value::Null);
     let gpus: Vec<&Value> = hardware
         .get("gpus")
@@ -139,7 +146,7 @@ pub fn system_description(hardware: &Value, platform: &str, software: &SoftwareS
     let text = |v: Option<String>| v.unwrap_or_default();
     json!({
         "submitter": SUBMITTER,
-        "division": "closed",
+        "division": division.as_str(),
         "status": STATUS_ON_PREMISE,
         "system_name": platform,
         "number_of_nodes": "1",
@@ -374,7 +381,12 @@ mod tests {
 
     #[test]
     fn a_missing_inventory_still_gives_every_field_as_a_string() {
-        let desc = system_description(&Value::Null, "somebox", &SoftwareStack::new(String::new()));
+        let desc = system_description(
+            &Value::Null,
+            "somebox",
+            &SoftwareStack::new(String::new()),
+            Division::Open,
+        );
         let fields = desc.as_object().expect("an object");
         assert_eq!(fields.len(), 33);
         for (key, value) in fields {
@@ -384,5 +396,6 @@ mod tests {
         }
         assert_eq!(desc["accelerators_per_node"], "0");
         assert_eq!(desc["system_name"], "somebox");
+        assert_eq!(desc["division"], "open");
     }
 }

@@ -43,6 +43,13 @@ impl Workload {
         Workload::Reduction,
     ];
 
+    pub fn is_gemm(self) -> bool {
+        matches!(
+            self,
+            Workload::GemmF32 | Workload::GemmF16 | Workload::GemmBf16
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Workload::GemmF32 => "gemm_f32",
@@ -485,9 +492,18 @@ pub struct GpuCorruption {
     pub first: Option<(Workload, u64, Difference)>,
     /// Why rounds could not be judged (a workload that failed to run, a suspect check).
     pub errors: Vec<String>,
+    /// Floating-point operations of the GEMM workloads that ran, and the seconds they
+    /// took (uploads and downloads included): a figure to hold the GPU against its peers.
+    pub gemm_flops: f64,
+    pub gemm_seconds: f64,
 }
 
 impl GpuCorruption {
+    /// The GEMM workloads' throughput, TFLOP/s.
+    pub fn gemm_tflops(&self) -> Option<f64> {
+        (self.gemm_seconds > 0.0).then(|| self.gemm_flops / self.gemm_seconds / 1e12)
+    }
+
     pub fn outcome(&self) -> Outcome {
         if !self.mismatches.is_empty() {
             Outcome::Fail
@@ -540,14 +556,19 @@ pub fn check(
     let mut rounds = 0;
     loop {
         let round = Round::new(rounds, sizes);
-        let results: Vec<Vec<Result<Vec<u32>, String>>> = std::thread::scope(|scope| {
+        type Timed = (Result<Vec<u32>, String>, f64);
+        let results: Vec<Vec<Timed>> = std::thread::scope(|scope| {
             let handles: Vec<_> = drivers
                 .iter()
                 .map(|&driver| {
                     scope.spawn(move || {
                         Workload::ALL
                             .iter()
-                            .map(|&w| run(driver, w, &round).map_err(|e| e.to_string()))
+                            .map(|&w| {
+                                let started = std::time::Instant::now();
+                                let words = run(driver, w, &round).map_err(|e| e.to_string());
+                                (words, started.elapsed().as_secs_f64())
+                            })
                             .collect::<Vec<_>>()
                     })
                 })
@@ -556,14 +577,23 @@ pub fn check(
                 .into_iter()
                 .map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        vec![Err("the workload panicked".to_string()); Workload::ALL.len()]
+                        vec![(Err("the workload panicked".to_string()), 0.0); Workload::ALL.len()]
                     })
                 })
                 .collect()
         });
+        let gemm_flops = 2.0 * (sizes.gemm as f64).powi(3);
+        for (gpu, per) in results.iter().enumerate() {
+            for (&workload, (words, seconds)) in Workload::ALL.iter().zip(per) {
+                if workload.is_gemm() && words.is_ok() {
+                    per_gpu[gpu].gemm_flops += gemm_flops;
+                    per_gpu[gpu].gemm_seconds += seconds;
+                }
+            }
+        }
         for (w, &workload) in Workload::ALL.iter().enumerate() {
             let column: Vec<Result<Vec<u32>, String>> =
-                results.iter().map(|per| per[w].clone()).collect();
+                results.iter().map(|per| per[w].0.clone()).collect();
             for (gpu, judgement) in judge(workload, &round, &column).into_iter().enumerate() {
                 let record = &mut per_gpu[gpu];
                 match judgement {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::corruption::{self, Sizes};
+use super::peers::{self, PeerLimits};
 use super::Outcome;
 use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::suite::gpu_devices::{self, GpuChoice};
@@ -68,6 +69,17 @@ pub fn run(ctx: &mut StageContext<'_>, default_burn_seconds: f64) -> StageResult
             verdict,
         });
     }
+    judge_peers(
+        &mut report,
+        "GEMM throughput among peers",
+        "TFLOP/s",
+        &drivers,
+        &found
+            .per_gpu
+            .iter()
+            .map(|g| g.gemm_tflops())
+            .collect::<Vec<_>>(),
+    );
     let summary = format!(
         "{} rounds in {:.0} s on {} GPU(s)",
         found.rounds,
@@ -75,4 +87,39 @@ pub fn run(ctx: &mut StageContext<'_>, default_burn_seconds: f64) -> StageResult
         drivers.len()
     );
     report.finish(Some(summary))
+}
+
+/// A check per GPU of `values` (one figure each, in `unit`) against the box's median:
+/// below the band around it fails. With fewer than three figures nothing is judged.
+pub fn judge_peers(
+    report: &mut StageReport,
+    name: &str,
+    unit: &str,
+    drivers: &[&dyn GpuDriver],
+    values: &[Option<f64>],
+) {
+    let standings = peers::standings(values, PeerLimits::default());
+    for (driver, standing) in drivers.iter().zip(standings) {
+        let Some(standing) = standing else {
+            continue;
+        };
+        report.checks.push(Check {
+            name: name.into(),
+            subject: driver.info().pci_address.clone(),
+            expected: format!(
+                "within the box's band around its median of {:.2} {unit}",
+                standing.median
+            ),
+            found: format!(
+                "{:.2} {unit} ({:.0} % of the median)",
+                standing.value,
+                standing.ratio * 100.0
+            ),
+            verdict: if standing.low_outlier {
+                Verdict::Fail
+            } else {
+                Verdict::Pass
+            },
+        });
+    }
 }

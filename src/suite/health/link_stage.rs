@@ -54,6 +54,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
     let root = ctx.root.clone();
     let before = gpu_link_states(&root);
+    let replays_before = crate::runtime::pcie_replay_counters();
     ctx.progress(
         0.0,
         Some(format!("copies both ways on every GPU for {seconds:.0} s")),
@@ -112,6 +113,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         (bandwidth, best)
     });
     let after = gpu_link_states(&root);
+    let replays_after = crate::runtime::pcie_replay_counters();
     for (i, (driver, (gbps, error))) in drivers.iter().zip(&bandwidth).enumerate() {
         let Some(address) = driver
             .info()
@@ -178,6 +180,24 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                 }
             }
         }
+        let key = address.to_string();
+        if let (Some(old), Some(new)) = (replays_before.get(&key), replays_after.get(&key)) {
+            let replays = new.saturating_sub(*old);
+            report.metric(&format!("gpu{i}_pcie_replays"), replays as f64, "count");
+            report.checks.push(Check {
+                name: "PCIe replays under load".into(),
+                subject: subject.clone(),
+                expected: format!(
+                    "at most {allowed} (bit-error rate {BIT_ERROR_RATE:e} over {seconds:.0} s)"
+                ),
+                found: format!("{replays}"),
+                verdict: if replays > allowed {
+                    Verdict::Fail
+                } else {
+                    Verdict::Pass
+                },
+            });
+        }
         report.checks.push(Check {
             name: "AER errors under load".into(),
             subject,
@@ -196,8 +216,9 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
 }
 
 /// What the health suite does not check yet, said in every run of it.
-pub const NOT_IMPLEMENTED: &str = "not implemented yet in the health suite: the power-transient \
-     pulse and the peer comparison within the box";
+pub const NOT_IMPLEMENTED: &str = "not implemented yet in the health suite: the peer comparison \
+     of host-device bandwidth, power and clocks (GEMM throughput and memory bandwidth are \
+     compared)";
 
 #[cfg(test)]
 mod tests {

@@ -43,6 +43,10 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             .map(|h| h.join().unwrap_or_else(|_| Err(panicked())))
             .collect()
     });
+    let bandwidth: Vec<Option<f64>> = results
+        .iter()
+        .map(|r| r.as_ref().ok().map(|found| found.gbps))
+        .collect();
     for (i, (driver, result)) in drivers.iter().zip(results).enumerate() {
         let subject = driver.info().pci_address.clone();
         let (found, verdict) = match result {
@@ -89,6 +93,13 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             verdict,
         });
     }
+    super::corruption_stage::judge_peers(
+        &mut report,
+        "memory bandwidth among peers",
+        "GB/s",
+        &drivers,
+        &bandwidth,
+    );
     report.finish(None)
 }
 

@@ -9,6 +9,9 @@ pub mod link_stage;
 pub mod memory;
 pub mod memory_stage;
 pub mod peers;
+pub mod pulse_stage;
+pub mod result;
+pub mod throttle_stage;
 
 use serde::{Deserialize, Serialize};
 

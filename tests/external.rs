@@ -1,0 +1,240 @@
+//! The `external` suite through the real `tinyperf run`: a small script that writes a
+//! realistic MLLOG over a couple of seconds (on stdout, or into a file), followed live
+//! and scored; cancel stopping the script and its children; and every way a command
+//! can go wrong.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn minimal_log() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mlperf/minimal_resnet_pass.log")
+}
+
+/// A benchmark stand-in: prints each line of the minimal passing MLLOG with noise
+/// between them, a little at a time.
+fn script(dir: &Path, to_file: bool) -> PathBuf {
+    let path = dir.join("bench.sh");
+    let sink = if to_file { " >> result.txt" } else { "" };
+    fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\necho starting benchmark\nwhile IFS= read -r line; do\n  echo \"$line\"{sink}\n  echo \"step loss 1.23\"\n  sleep 0.05\ndone < '{}'\n",
+            minimal_log().display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run(state: &Path, options: &[String]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tinyperf"));
+    // Wall power from the ipmitool stand-in (a script answering as a BMC would).
+    cmd.env(
+        "TINYPERF_IPMITOOL",
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/mlperf/ipmitool-stand-in/ipmitool"),
+    );
+    cmd.args(["run", "external", "--events", "jsonl", "--state-dir"])
+        .arg(state);
+    for o in options {
+        cmd.arg("-o").arg(o);
+    }
+    cmd.output().expect("run tinyperf")
+}
+
+fn only_run(state: &Path) -> (PathBuf, Value) {
+    let dir = fs::read_dir(state.join("runs"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let record = serde_json::from_slice(&fs::read(dir.join("run.json")).unwrap()).unwrap();
+    (dir, record)
+}
+
+fn metric(record: &Value, name: &str) -> Option<f64> {
+    record["stages"][0]["metrics"]
+        .as_array()?
+        .iter()
+        .find(|m| m["name"] == name)?["value"]
+        .as_f64()
+}
+
+#[test]
+fn a_benchmark_on_stdout_is_followed_live_and_scored() {
+    let work = tempfile::tempdir().unwrap();
+    let bench = script(work.path(), false);
+    let state = work.path().join("state");
+    let out = run(
+        &state,
+        &[format!("command=[\"sh\", \"{}\"]", bench.display())],
+    );
+    let events = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{events}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Progress came while it ran, from the MLLOG lines.
+    assert!(events.contains("epoch 1 done"), "{events}");
+    assert!(events.contains("eval top-1 0.7595"), "{events}");
+    let (dir, record) = only_run(&state);
+    assert_eq!(record["state"], "passed", "{record:#}");
+    let minutes = metric(&record, "time_to_train_min").unwrap();
+    assert!((minutes - 217001.0 / 60000.0).abs() < 1e-9);
+    // Measured at the wall through the stand-in's 400 W while the command ran.
+    assert!(fs::read_to_string(dir.join("power.txt"))
+        .unwrap()
+        .contains("power_reading"));
+    assert!(
+        metric(&record, "mlperf_energy_j").unwrap() > 0.0,
+        "{record:#}"
+    );
+    // The run's MLLOG holds the MLLOG lines, the output log everything.
+    let mllog = fs::read_to_string(dir.join("mllog.txt")).unwrap();
+    assert_eq!(mllog.lines().count(), 29);
+    assert!(fs::read_to_string(dir.join("external.log"))
+        .unwrap()
+        .contains("step loss"));
+}
+
+#[test]
+fn a_benchmark_writing_its_own_file_is_followed_too() {
+    let work = tempfile::tempdir().unwrap();
+    let bench = script(work.path(), true);
+    let state = work.path().join("state");
+    let out = run(
+        &state,
+        &[
+            format!("command=[\"sh\", \"{}\"]", bench.display()),
+            format!("cwd={}", work.path().display()),
+            "mllog=result.txt".into(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (dir, record) = only_run(&state);
+    assert_eq!(record["state"], "passed");
+    assert_eq!(
+        fs::read_to_string(dir.join("mllog.txt"))
+            .unwrap()
+            .lines()
+            .count(),
+        29
+    );
+}
+
+fn process_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // A zombie nobody reaped is not running.
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn cancel_stops_the_command_and_its_children() {
+    let work = tempfile::tempdir().unwrap();
+    let pid_file = work.path().join("child.pid");
+    let line = format!(
+        "sleep 300 & echo $! > '{}'; echo ':::MLLOG {{\"time_ms\": 1, \"key\": \"run_start\", \"value\": null, \"metadata\": {{}}}}'; wait",
+        pid_file.display()
+    );
+    let state = work.path().join("state");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+        .args(["run", "external", "--events", "jsonl", "--state-dir"])
+        .arg(&state)
+        .arg("-o")
+        .arg(format!("command={line}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    // Wait until the run's clock started in the command, then cancel.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for line in lines.by_ref() {
+        if line.unwrap().contains("clock started") || Instant::now() > deadline {
+            break;
+        }
+    }
+    let grandchild: u32 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(process_alive(grandchild));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = lines.count();
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    let (_, record) = only_run(&state);
+    assert_eq!(record["state"], "cancelled", "{record:#}");
+    let gone = Instant::now() + Duration::from_secs(10);
+    while process_alive(grandchild) && Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !process_alive(grandchild),
+        "the command's child {grandchild} outlived the cancel"
+    );
+}
+
+#[test]
+fn commands_that_go_wrong_get_a_recorded_outcome() {
+    // (option, the stage's verdict, what the record says)
+    let cases: [(&str, &str, &str); 5] = [
+        (
+            "command=[\"/nonexistent/benchmark\"]",
+            "error",
+            "cannot start",
+        ),
+        (
+            "command=echo no mllog here",
+            "error",
+            "never wrote an MLLOG line",
+        ),
+        ("command=echo ':::MLLOG {garbage'", "error", "none readable"),
+        ("command=cat '{log}'; exit 3", "fail", "exit status: 3"),
+        ("command=sleep 30", "error", "timeout"),
+    ];
+    for (option, verdict, says) in cases {
+        let work = tempfile::tempdir().unwrap();
+        let state = work.path().join("state");
+        let option = option.replace("{log}", &minimal_log().display().to_string());
+        let started = Instant::now();
+        let out = run(&state, &[option.clone(), "timeout_s=1".into()]);
+        assert!(!out.status.success(), "{option}");
+        assert!(started.elapsed() < Duration::from_secs(20), "{option}");
+        let (_, record) = only_run(&state);
+        assert_eq!(record["state"], "failed", "{option}: {record:#}");
+        assert_eq!(
+            record["stages"][0]["verdict"], verdict,
+            "{option}: {record:#}"
+        );
+        assert!(record.to_string().contains(says), "{option}: {record:#}");
+    }
+    // Options the suite does not take are usage errors, before anything runs.
+    let work = tempfile::tempdir().unwrap();
+    let out = run(&work.path().join("state"), &["comand=true".into()]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -1,0 +1,233 @@
+//! An external benchmark under the agent: started over HTTP, its MLLOG's epochs and
+//! evaluations arriving as live progress on the event stream, its score in the run
+//! record; and cancel over HTTP stopping it and the processes it started.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tinyperf::agent::config::Config;
+use tinyperf::agent::{start_core, AgentOptions};
+use tinyperf::api::dbus::BusChoice;
+use tinyperf::api::http::serve;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{sleep, timeout, Instant};
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+const IO_LIMIT: Duration = Duration::from_secs(30);
+
+async fn start(dir: &Path) -> SocketAddr {
+    let state_dir = dir.join("state");
+    std::fs::create_dir_all(state_dir.join("runs")).unwrap();
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let handle = start_core(&AgentOptions {
+        config: Config {
+            state_dir,
+            cancel_grace: Duration::from_secs(2),
+            ..Config::default()
+        },
+        bus: BusChoice::Session,
+        worker_exe: PathBuf::from(env!("CARGO_BIN_EXE_tinyperf")),
+        root,
+    })
+    .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(handle, listener, Some(TOKEN.to_string())));
+    addr
+}
+
+async fn exchange(addr: SocketAddr, raw: String) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(raw.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    timeout(IO_LIMIT, stream.read_to_end(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+async fn get(addr: SocketAddr, path: &str) -> Value {
+    exchange(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n"),
+    )
+    .await
+    .1
+}
+
+async fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, Value) {
+    exchange(
+        addr,
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await
+}
+
+async fn open_events(addr: SocketAddr) -> BufReader<TcpStream> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            b"GET /api/v1/events HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        timeout(IO_LIMIT, reader.read_line(&mut line))
+            .await
+            .unwrap()
+            .unwrap();
+        if line == "\r\n" {
+            return reader;
+        }
+    }
+}
+
+/// The next `data:` line of the stream.
+async fn next_data(reader: &mut BufReader<TcpStream>) -> String {
+    loop {
+        let mut line = String::new();
+        let n = timeout(IO_LIMIT, reader.read_line(&mut line))
+            .await
+            .expect("an event in time")
+            .unwrap();
+        assert!(n > 0, "event stream closed");
+        if let Some(data) = line.trim_end().strip_prefix("data: ") {
+            return data.to_string();
+        }
+    }
+}
+
+async fn wait_finished(addr: SocketAddr, id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let record = get(addr, &format!("/api/v1/runs/{id}")).await;
+        if record["state"] != "running" {
+            return record;
+        }
+        assert!(Instant::now() < deadline, "{record:#}");
+        sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Prints the minimal passing MLLOG, pausing after each epoch and evaluation as a
+/// real benchmark would.
+fn benchmark(dir: &Path) -> PathBuf {
+    let log = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/mlperf/minimal_resnet_pass.log");
+    let path = dir.join("bench.sh");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\nwhile IFS= read -r line; do\n  echo \"$line\"\n  case \"$line\" in *epoch_stop*|*eval_accuracy*) sleep 1 ;; esac\ndone < '{}'\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_benchmark_runs_under_the_agent_with_live_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = start(dir.path()).await;
+    let mut events = open_events(addr).await;
+    let bench = benchmark(dir.path());
+    let body = json!({"suite": "external", "options": {"command": ["sh", bench]}}).to_string();
+    let (status, started) = post(addr, "/api/v1/runs", &body).await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["id"].as_str().unwrap().to_string();
+    let mut messages = Vec::new();
+    loop {
+        let data = next_data(&mut events).await;
+        let event: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+        if let Some(m) = event["message"].as_str() {
+            messages.push(m.to_string());
+        }
+        if event["type"] == "run_finished" {
+            break;
+        }
+    }
+    assert!(
+        messages.iter().any(|m| m.contains("epoch 1 done")),
+        "{messages:?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("eval top-1 0.7595")),
+        "{messages:?}"
+    );
+    let record = wait_finished(addr, &id).await;
+    assert_eq!(record["state"], "passed", "{record:#}");
+    let minutes = record["stages"][0]["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "time_to_train_min")
+        .unwrap()["value"]
+        .as_f64()
+        .unwrap();
+    assert!((minutes - 217001.0 / 60000.0).abs() < 1e-9);
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_over_http_stops_the_benchmark_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = start(dir.path()).await;
+    let pid_file = dir.path().join("child.pid");
+    let line = format!("sleep 300 & echo $! > '{}'; wait", pid_file.display());
+    let body = json!({"suite": "external", "options": {"command": line}}).to_string();
+    let (status, started) = post(addr, "/api/v1/runs", &body).await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pid_file.exists()
+        || std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the benchmark never started");
+        sleep(Duration::from_millis(100)).await;
+    }
+    let child: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(child));
+    let (status, answer) = post(addr, &format!("/api/v1/runs/{id}/cancel"), "").await;
+    assert!(status < 300, "{status} {answer}");
+    let record = wait_finished(addr, &id).await;
+    assert_eq!(record["state"], "cancelled", "{record:#}");
+    let gone = Instant::now() + Duration::from_secs(15);
+    while alive(child) && Instant::now() < gone {
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !alive(child),
+        "the benchmark's child {child} outlived the cancel"
+    );
+}
