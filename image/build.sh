@@ -47,7 +47,7 @@ if [[ ! "$variant" =~ ^[a-z0-9-]+$ ]] || [ ! -f "$variant_file" ]; then
     known=$(find "$repo/image/variants" -maxdepth 1 -name '*.conf' -printf '%f\n' | sed 's/\.conf$//' | sort | tr '\n' ' ' | sed 's/ $//')
     die "no variant '$variant' (known: $known)"
 fi
-DESCRIPTION="" COMPONENTS="main" PACKAGES="" APT_SOURCES="" KEYRINGS="" MODULES_LOAD="" MIN_FREE_GIB=5
+DESCRIPTION="" COMPONENTS="main" PACKAGES="" APT_SOURCES="" KEYRINGS="" MODULES_LOAD="" MIN_FREE_GIB=5 ROOTFS_MIN_FREE_GIB=2
 DPKG_EXCLUDES="" WHEELS="" DKMS_MODULES="" CHECK_MODULES=""
 # shellcheck source=/dev/null
 . "$variant_file"
@@ -75,9 +75,10 @@ done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 free_kib=$(df -Pk "$out" | awk 'NR == 2 { print $4 }')
-need_kib=$((MIN_FREE_GIB * 1024 * 1024))
-[ "$free_kib" -ge "$need_kib" ] ||
-    die "not enough free disk in $out: $((free_kib / 1024 / 1024)) GiB free, variant $variant needs $MIN_FREE_GIB GiB"
+need_gib=$MIN_FREE_GIB what="variant $variant"
+[ "$rootfs_only" = 0 ] || need_gib=$ROOTFS_MIN_FREE_GIB what="the root filesystem of variant $variant"
+[ "$free_kib" -ge $((need_gib * 1024 * 1024)) ] ||
+    die "not enough free disk in $out: $((free_kib / 1024 / 1024)) GiB free, $what needs $need_gib GiB"
 
 if [ -n "${SNAPSHOT:-}" ]; then
     [[ "$SNAPSHOT" =~ ^[0-9]{8}T[0-9]{6}Z$ ]] || die "SNAPSHOT=$SNAPSHOT is not a timestamp like 20251101T000000Z"
