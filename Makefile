@@ -14,7 +14,7 @@ DEBUG_BIN := target/debug/tinyperf
 TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
 	libamdhip64-5 libhiprtc-builtins5
 
-.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-agent bench-venv gpu-check install image image-test clean
+.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-agent bench-venv gpu-check install image image-rootfs images image-test image-test-all clean
 
 all: build
 
@@ -103,13 +103,32 @@ install: release
 ## The flashable OS image (as root on Debian 12): out/image/tinybox-$(VARIANT).raw{,.zst},
 ## .bmap, .manifest, .SHA256SUMS. VARIANT=cpu|green|red; MIRROR=, SNAPSHOT= pick the archive.
 VARIANT ?= cpu
+VARIANTS := cpu red green
 IMAGE_OUT ?= out/image
 image:
 	image/build.sh --variant $(VARIANT) --out $(IMAGE_OUT)
 
-## Boot the cpu image under QEMU (TCG, OVMF) and check the agent from outside and inside.
+## Only a variant's root filesystem, as a folder: out/image/tinybox-$(VARIANT).rootfs.
+image-rootfs:
+	image/build.sh --variant $(VARIANT) --out $(IMAGE_OUT) --rootfs-only
+
+## Every variant's image.
+images:
+	for v in $(VARIANTS); do image/build.sh --variant $$v --out $(IMAGE_OUT); done
+
+## cpu: boot the image under QEMU (TCG, OVMF) and check the agent from outside and inside.
+## red, green: the image's own tinyperf, GPU libraries, firmware and modules, run in a
+## chroot of its root filesystem (the .rootfs folder, or the root of the .raw image).
 image-test:
-	image/test.sh --image $(IMAGE_OUT)/tinybox-cpu.raw --out out/image-test
+	@if [ "$(VARIANT)" = cpu ]; then \
+		image/test.sh --image $(IMAGE_OUT)/tinybox-cpu.raw --out out/image-test; \
+	else \
+		image/test-rootfs.sh --variant $(VARIANT) --in $(IMAGE_OUT) --out out/image-test-$(VARIANT); \
+	fi
+
+## make image-test for every variant.
+image-test-all:
+	for v in $(VARIANTS); do $(MAKE) --no-print-directory image-test VARIANT=$$v; done
 
 clean:
 	$(CARGO) clean

@@ -1,22 +1,27 @@
 #!/bin/bash
 # Builds the flashable tinybox OS image: a GPT disk with an EFI system
 # partition (systemd-boot, kernel, initrd; written with mtools) and an ext4
-# root (mke2fs -d) holding Debian bookworm and tinyperf. No loop devices and
-# no mounts of the image; needs root for mmdebstrap's chroot.
+# root (mke2fs -d) holding Debian 13 (trixie) and tinyperf. No loop devices
+# and no mounts of the image; needs root for mmdebstrap's chroot.
 #
-#   image/build.sh [--variant cpu|green|red] [--out DIR] [--resolve-only]
+#   image/build.sh [--variant cpu|green|red] [--out DIR] [--resolve-only | --rootfs-only]
+#
+# --rootfs-only stops after the root filesystem: out/image/tinybox-V.rootfs/
+# (a folder, what make image-test checks red and green on) and its manifest.
 #
 # Environment: MIRROR, SECURITY_MIRROR (apt archives), SNAPSHOT (a
 # snapshot.debian.org timestamp such as 20251101T000000Z, which replaces both
 # mirrors), SOURCE_DATE_EPOCH (file times; defaults to the tinyperf commit time),
-# KEEP_BUILD=1 (keep the work folder for inspection).
+# KEEP_BUILD=1 (keep the work folder for inspection), WHEEL_CACHE (where
+# downloaded wheels are kept between builds; default OUT/.wheels).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 variant=cpu
 out="$repo/out/image"
 resolve_only=0
-suite=bookworm
+rootfs_only=0
+suite=trixie
 
 die() {
     echo "make image: $*" >&2
@@ -29,6 +34,7 @@ while [ $# -gt 0 ]; do
     --variant) variant=${2:?--variant needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     --resolve-only) resolve_only=1; shift ;;
+    --rootfs-only) rootfs_only=1; shift ;;
     -h | --help) sed -n "2,/^set -euo/{/^#/p}" "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -38,14 +44,20 @@ done
 
 variant_file="$repo/image/variants/$variant.conf"
 if [[ ! "$variant" =~ ^[a-z0-9-]+$ ]] || [ ! -f "$variant_file" ]; then
-    known=$(find "$repo/image/variants" -maxdepth 1 -name '*.conf' -printf '%f\n' | sed 's/\.conf$//' | sort | tr '\n' ' ')
+    known=$(find "$repo/image/variants" -maxdepth 1 -name '*.conf' -printf '%f\n' | sed 's/\.conf$//' | sort | tr '\n' ' ' | sed 's/ $//')
     die "no variant '$variant' (known: $known)"
 fi
-DESCRIPTION="" COMPONENTS="main" PACKAGES="" APT_SOURCES="" KEYRINGS="" MODULES_LOAD="" MIN_FREE_GIB=5
+DESCRIPTION="" COMPONENTS="main" PACKAGES="" APT_SOURCES="" KEYRINGS="" MODULES_LOAD="" MIN_FREE_GIB=5 ROOTFS_MIN_FREE_GIB=2
+DPKG_EXCLUDES="" WHEELS="" DKMS_MODULES="" CHECK_MODULES=""
 # shellcheck source=/dev/null
 . "$variant_file"
 [ -n "$DESCRIPTION" ] || die "$variant_file sets no DESCRIPTION"
-export MODULES_LOAD
+export MODULES_LOAD DKMS_MODULES CHECK_MODULES
+if [ -d "$repo/image/variants/$variant.rootfs" ]; then
+    export VARIANT_ROOTFS="$repo/image/variants/$variant.rootfs"
+else
+    export VARIANT_ROOTFS=""
+fi
 for k in $KEYRINGS; do
     [ -f "$repo/image/variants/$k" ] || die "$variant_file names keyring $k, which is not in image/variants/"
 done
@@ -56,16 +68,17 @@ if ! grep -qs '^VERSION_ID="12"' /etc/os-release || ! grep -qs '^ID=debian' /etc
 fi
 
 "$repo/image/host-deps.sh" build || die "cannot install the build tools (see above)"
-for tool in mmdebstrap mcopy mmd mkfs.vfat sfdisk mke2fs zstd bmaptool sha256sum curl; do
+for tool in mmdebstrap mcopy mmd mkfs.vfat sfdisk mke2fs zstd bmaptool sha256sum curl python3; do
     command -v "$tool" >/dev/null || die "missing tool '$tool' on the build host"
 done
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 free_kib=$(df -Pk "$out" | awk 'NR == 2 { print $4 }')
-need_kib=$((MIN_FREE_GIB * 1024 * 1024))
-[ "$free_kib" -ge "$need_kib" ] ||
-    die "not enough free disk in $out: $((free_kib / 1024 / 1024)) GiB free, variant $variant needs $MIN_FREE_GIB GiB"
+need_gib=$MIN_FREE_GIB what="variant $variant"
+[ "$rootfs_only" = 0 ] || need_gib=$ROOTFS_MIN_FREE_GIB what="the root filesystem of variant $variant"
+[ "$free_kib" -ge $((need_gib * 1024 * 1024)) ] ||
+    die "not enough free disk in $out: $((free_kib / 1024 / 1024)) GiB free, $what needs $need_gib GiB"
 
 if [ -n "${SNAPSHOT:-}" ]; then
     [[ "$SNAPSHOT" =~ ^[0-9]{8}T[0-9]{6}Z$ ]] || die "SNAPSHOT=$SNAPSHOT is not a timestamp like 20251101T000000Z"
@@ -110,14 +123,21 @@ while IFS= read -r line; do
     [ -n "${line// /}" ] && sources+=("$line")
 done <<<"$APT_SOURCES"
 
-# The base every variant has: systemd with networkd and repart, D-Bus, the
-# kernel with an initramfs, systemd-boot's EFI binary, an SSH server, and the
-# tools the agent's inventory and an operator use.
+# The base every variant has: systemd with networkd, D-Bus, systemd-repart
+# (its own package from trixie on; it grows the root partition at first boot),
+# the kernel with an initramfs, systemd-boot's EFI binary, an SSH server, and
+# the tools the agent's inventory and an operator use.
 base="systemd systemd-sysv udev dbus libpam-systemd systemd-timesyncd systemd-resolved
-      linux-image-amd64 initramfs-tools systemd-boot-efi
+      systemd-repart linux-image-amd64 initramfs-tools systemd-boot-efi
       openssh-server ca-certificates netbase iproute2 iputils-ping curl jq
       kmod e2fsprogs fdisk pciutils usbutils nvme-cli dmidecode lshw procps less"
 packages=$(echo "$base $PACKAGES" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
+
+exclude_args=()
+for glob in $DPKG_EXCLUDES; do
+    [[ "$glob" == /* ]] || die "$variant_file: DPKG_EXCLUDES entry '$glob' is not an absolute path"
+    exclude_args+=(--dpkgopt="path-exclude=$glob")
+done
 
 keyring_args=()
 for k in $KEYRINGS; do
@@ -138,6 +158,84 @@ if [ "$resolve_only" = 1 ]; then
     exit 0
 fi
 
+# --- Wheels: downloaded, checked against the variant's sha256, unpacked -----
+
+wheel_cache=${WHEEL_CACHE:-$out/.wheels}
+wheels="$work/wheels"
+mkdir -p "$wheels"
+: >"$work/wheels.manifest"
+while read -r url sha member dest rest; do
+    [ -n "$url" ] || continue
+    if [ -z "$dest" ] || [ -n "$rest" ]; then
+        die "$variant_file: a WHEELS line is URL SHA256 FOLDER-IN-THE-WHEEL FOLDER-IN-THE-IMAGE, not '$url $sha $member $dest $rest'"
+    fi
+    [[ "$sha" =~ ^[0-9a-f]{64}$ ]] || die "$variant_file: '$sha' is not a sha256 (for $url)"
+    [[ "$dest" == /* ]] || die "$variant_file: the wheel's folder in the image, '$dest', is not an absolute path"
+    file=$(basename "$url")
+    [[ "$file" =~ ^([A-Za-z0-9_.]+)-([0-9][A-Za-z0-9_.+]*)-.*\.whl$ ]] || die "$url does not name a wheel file"
+    wheel_name=${BASH_REMATCH[1]} wheel_version=${BASH_REMATCH[2]}
+    mkdir -p "$wheel_cache"
+    cached="$wheel_cache/$file"
+    if [ ! -f "$cached" ]; then
+        note "downloading $file"
+        curl -fsSL --retry 3 --max-time 1800 -o "$cached.part" "$url" ||
+            { rm -f "$cached.part"; die "cannot download $url"; }
+        got=$(sha256sum "$cached.part" | cut -d' ' -f1)
+        if [ "$got" != "$sha" ]; then
+            rm -f "$cached.part"
+            die "wheel $file has sha256 $got, but $variant_file expects $sha; stopped before building anything"
+        fi
+        mv "$cached.part" "$cached"
+    fi
+    got=$(sha256sum "$cached" | cut -d' ' -f1)
+    [ "$got" = "$sha" ] ||
+        die "wheel $file (kept in $wheel_cache) has sha256 $got, but $variant_file expects $sha; stopped before building anything (delete the kept file if it is damaged)"
+    # The runtime libraries under FOLDER-IN-THE-WHEEL, byte for byte, each
+    # checked against the wheel's RECORD; the licence from its dist-info; a
+    # SHA256SUMS of the libraries from RECORD that the image test checks again.
+    python3 - "$cached" "$member" "$wheels$dest" "$wheel_name" <<'PY' || die "cannot unpack $file (see above)"
+import base64, hashlib, os, sys, zipfile
+wheel, member, dest, name = sys.argv[1:5]
+os.makedirs(dest, exist_ok=True)
+with zipfile.ZipFile(wheel) as z:
+    names = z.namelist()
+    record = next((n for n in names if n.endswith(".dist-info/RECORD")), None)
+    if record is None:
+        sys.exit(f"{wheel}: no RECORD")
+    digests = {}
+    for line in z.read(record).decode().splitlines():
+        parts = line.rsplit(",", 2)
+        if len(parts) == 3 and parts[1].startswith("sha256="):
+            raw = base64.urlsafe_b64decode(parts[1][7:] + "=" * (-len(parts[1][7:]) % 4))
+            digests[parts[0]] = raw.hex()
+    libs = [n for n in names if n.startswith(member.rstrip("/") + "/") and ".so" in os.path.basename(n)]
+    if not libs:
+        sys.exit(f"{wheel}: no shared libraries under {member}/")
+    sums = []
+    for n in sorted(libs):
+        data = z.read(n)
+        digest = hashlib.sha256(data).hexdigest()
+        if digests.get(n) != digest:
+            sys.exit(f"{wheel}: {n} does not match the wheel's RECORD")
+        base = os.path.basename(n)
+        with open(os.path.join(dest, base), "wb") as f:
+            f.write(data)
+        os.chmod(os.path.join(dest, base), 0o644)
+        sums.append(f"{digest}  {base}\n")
+    licences = [n for n in names if ".dist-info/" in n and "licen" in os.path.basename(n).lower()]
+    if not licences:
+        sys.exit(f"{wheel}: no licence file in its dist-info")
+    for n in licences:
+        with open(os.path.join(dest, f"{name}.{os.path.basename(n)}"), "wb") as f:
+            f.write(z.read(n))
+    with open(os.path.join(dest, f"{name}.SHA256SUMS"), "w") as f:
+        f.writelines(sums)
+PY
+    echo "wheel: $wheel_name $wheel_version sha256=$sha $file -> $dest" >>"$work/wheels.manifest"
+    note "wheel $wheel_name $wheel_version: sha256 checked, runtime libraries unpacked for $dest"
+done <<<"$WHEELS"
+export WHEELS_DIR="$wheels"
+
 # --- Root filesystem --------------------------------------------------------
 
 stage="$work/stage"
@@ -154,15 +252,67 @@ mmdebstrap --mode=root --variant=minbase --components="$components" \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     --dpkgopt='path-include=/usr/share/locale/locale.alias' \
+    "${exclude_args[@]}" \
     "${keyring_args[@]}" \
     --customize-hook="'$repo/image/customize.sh' \"\$1\" '$stage' '$work'" \
-    "$suite" "$rootfs" "${sources[@]}" >"$work/mmdebstrap.log" 2>&1 ||
-    { tail -40 "$work/mmdebstrap.log" >&2; die "mmdebstrap failed (full log: rerun with KEEP_BUILD=1, $work/mmdebstrap.log)"; }
+    "$suite" "$rootfs" "${sources[@]}" >"$work/mmdebstrap.log" 2>&1 || {
+    tail -40 "$work/mmdebstrap.log" >&2
+    # The package a variant needs but the archive lacks, or the customize
+    # hook's own reason (DKMS, a missing file), before the generic message.
+    absent=$(sed -nE "s/^E: Unable to locate package (.*)$/\1/p; s/^E: Package '([^']*)' has no installation candidate$/\1/p" \
+        "$work/mmdebstrap.log" | sort -u | tr '\n' ' ')
+    [ -z "$absent" ] || die "the archive ($MIRROR $suite, $COMPONENTS) has no package ${absent% } that variant $variant needs"
+    [ ! -s "$work/customize.failed" ] || die "$(cat "$work/customize.failed")"
+    die "mmdebstrap failed (full log: rerun with KEEP_BUILD=1, $work/mmdebstrap.log)"
+}
 rootfs_done=$(date +%s)
 
 kernel=$(find "$rootfs/boot" -maxdepth 1 -name 'vmlinuz-*' -printf '%f\n' | sed 's/^vmlinuz-//' | sort -V | tail -1)
 if [ -z "$kernel" ] || [ ! -f "$rootfs/boot/initrd.img-$kernel" ]; then
     die "the root filesystem has no kernel and initrd in /boot"
+fi
+
+# write_manifest FILE [LINE...]: what the image is made of; the LINEs go
+# before the package list.
+write_manifest() {
+    local file=$1
+    shift
+    {
+        echo "# tinybox OS image manifest"
+        echo "variant: $variant"
+        echo "description: $DESCRIPTION"
+        echo "tinyperf: $version"
+        echo "kernel: $kernel"
+        echo "suite: $suite"
+        echo "components: $COMPONENTS"
+        echo "mirror: $MIRROR"
+        echo "security-mirror: $SECURITY_MIRROR"
+        [ -n "${SNAPSHOT:-}" ] && echo "snapshot: $SNAPSHOT"
+        while IFS= read -r line; do [ -n "$line" ] && echo "extra-source: $line"; done <<<"$APT_SOURCES"
+        echo "source-date-epoch: $SOURCE_DATE_EPOCH"
+        # The archive's state the packages came from: each index's Date.
+        cat "$work/release-dates"
+        # Files from outside the archive (wheels: name, version, sha256) and
+        # the kernel modules DKMS built.
+        cat "$work/wheels.manifest"
+        [ ! -f "$work/dkms.manifest" ] || cat "$work/dkms.manifest"
+        for line in "$@"; do echo "$line"; done
+        echo "packages: $(wc -l <"$work/packages")"
+        echo
+        cat "$work/packages"
+    } >"$file"
+}
+
+if [ "$rootfs_only" = 1 ]; then
+    write_manifest "$work/$name.rootfs.manifest" "rootfs-mib: $(du -sm --apparent-size "$rootfs" | cut -f1)"
+    rm -rf --one-file-system "${out:?}/$name.rootfs" "$out/$name.rootfs.manifest"
+    mv "$rootfs" "$out/$name.rootfs"
+    mv "$work/$name.rootfs.manifest" "$out/$name.rootfs.manifest"
+    finished=$(date +%s)
+    note "built the root filesystem $out/$name.rootfs in $((finished - started)) s ($(du -sm "$out/$name.rootfs" | cut -f1) MiB)"
+    printf 'rootfs_s=%s\nrootfs_mib=%s\n' "$((finished - started))" "$(du -sm "$out/$name.rootfs" | cut -f1)" \
+        >"$out/$name.rootfs.build-stats"
+    exit 0
 fi
 
 # --- EFI system partition (FAT, written with mtools) ------------------------
@@ -226,28 +376,8 @@ zstd -q -T0 -10 --long=27 "$raw" -o "$raw.zst"
 bmaptool -q create -o "$work/$name.bmap" "$raw"
 
 manifest="$work/$name.manifest"
-{
-    echo "# tinybox OS image manifest"
-    echo "variant: $variant"
-    echo "description: $DESCRIPTION"
-    echo "tinyperf: $version"
-    echo "kernel: $kernel"
-    echo "suite: $suite"
-    echo "components: $COMPONENTS"
-    echo "mirror: $MIRROR"
-    echo "security-mirror: $SECURITY_MIRROR"
-    [ -n "${SNAPSHOT:-}" ] && echo "snapshot: $SNAPSHOT"
-    while IFS= read -r line; do [ -n "$line" ] && echo "extra-source: $line"; done <<<"$APT_SOURCES"
-    echo "source-date-epoch: $SOURCE_DATE_EPOCH"
-    # The archive's state the packages came from: each index's Date.
-    cat "$work/release-dates"
-    echo "raw-bytes: $(stat -c %s "$raw")"
-    echo "esp-mib: $esp_mib"
-    echo "root-mib: $root_mib"
-    echo "packages: $(wc -l <"$work/packages")"
-    echo
-    cat "$work/packages"
-} >"$manifest"
+write_manifest "$manifest" \
+    "raw-bytes: $(stat -c %s "$raw")" "esp-mib: $esp_mib" "root-mib: $root_mib"
 
 (cd "$work" && sha256sum "$name.raw" "$name.raw.zst" "$name.bmap" "$name.manifest" >"$name.SHA256SUMS")
 

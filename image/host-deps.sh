@@ -1,5 +1,6 @@
 #!/bin/bash
-# Installs the host tools that `make image` (build) or `make image-test` (test) need,
+# Installs the host tools that `make image` (build), `make image-test` (test: the cpu
+# image's boot test; rootfs-test: the red and green checks) need,
 # if any is missing. Debian 12 only; needs root when something must be installed.
 set -euo pipefail
 
@@ -8,13 +9,19 @@ case "$what" in
 build)
     # command -> Debian package
     tools="mmdebstrap:mmdebstrap mcopy:mtools mkfs.vfat:dosfstools sfdisk:fdisk
-           mke2fs:e2fsprogs zstd:zstd bmaptool:bmap-tools sha256sum:coreutils curl:curl"
+           mke2fs:e2fsprogs zstd:zstd bmaptool:bmap-tools sha256sum:coreutils curl:curl
+           python3:python3"
     ;;
 test)
     tools="qemu-system-x86_64:qemu-system-x86 curl:curl jq:jq ss:iproute2 sfdisk:fdisk mcopy:mtools debugfs:e2fsprogs"
     ;;
+rootfs-test)
+    # The red and green checks run the image's own programs; the host only
+    # enters the namespaces and, for a .raw image, copies its root out.
+    tools="unshare:util-linux chroot:coreutils mount:mount debugfs:e2fsprogs sfdisk:fdisk jq:jq"
+    ;;
 *)
-    echo "host-deps.sh: unknown set '$what' (build or test)" >&2
+    echo "host-deps.sh: unknown set '$what' (build, test or rootfs-test)" >&2
     exit 2
     ;;
 esac
