@@ -1,6 +1,7 @@
-//! An external benchmark under the agent: started over HTTP, its MLLOG's epochs and
-//! evaluations arriving as live progress on the event stream, its score in the run
-//! record; and cancel over HTTP stopping it and the processes it started.
+//! An external benchmark under the agent: configured in the agent's config by name,
+//! started over HTTP, its MLLOG's epochs and evaluations arriving as live progress on the
+//! event stream, its score in the run record; cancel over HTTP stopping it and the
+//! processes it started; and a command the config does not name refused.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,8 @@ use tokio::time::{sleep, timeout, Instant};
 const TOKEN: &str = "test-token-0123456789abcdef";
 const IO_LIMIT: Duration = Duration::from_secs(30);
 
-async fn start(dir: &Path) -> SocketAddr {
+/// An agent whose config names `benchmarks` (name → the external suite's options).
+async fn start(dir: &Path, benchmarks: &[(&str, Value)]) -> SocketAddr {
     let state_dir = dir.join("state");
     std::fs::create_dir_all(state_dir.join("runs")).unwrap();
     let root = dir.join("root");
@@ -26,6 +28,10 @@ async fn start(dir: &Path) -> SocketAddr {
         config: Config {
             state_dir,
             cancel_grace: Duration::from_secs(2),
+            benchmarks: benchmarks
+                .iter()
+                .map(|(name, options)| (name.to_string(), options.as_object().unwrap().clone()))
+                .collect(),
             ..Config::default()
         },
         worker_exe: PathBuf::from(env!("CARGO_BIN_EXE_tinyperf")),
@@ -140,10 +146,17 @@ fn benchmark(dir: &Path) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_external_benchmark_runs_under_the_agent_with_live_progress() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = start(dir.path()).await;
-    let mut events = open_events(addr).await;
     let bench = benchmark(dir.path());
-    let body = json!({"suite": "external", "options": {"command": ["sh", bench]}}).to_string();
+    let addr = start(
+        dir.path(),
+        &[(
+            "replay",
+            json!({"command": ["sh", bench], "mllog": "stdout"}),
+        )],
+    )
+    .await;
+    let mut events = open_events(addr).await;
+    let body = json!({"suite": "external", "options": {"benchmark": "replay"}}).to_string();
     let (status, started) = post(addr, "/api/v1/runs", &body).await;
     assert_eq!(status, 202, "{started}");
     let id = started["id"].as_str().unwrap().to_string();
@@ -193,10 +206,10 @@ fn alive(pid: u32) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_over_http_stops_the_benchmark_and_its_children() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = start(dir.path()).await;
     let pid_file = dir.path().join("child.pid");
     let line = format!("sleep 300 & echo $! > '{}'; wait", pid_file.display());
-    let body = json!({"suite": "external", "options": {"command": line}}).to_string();
+    let addr = start(dir.path(), &[("sleeper", json!({"command": line}))]).await;
+    let body = json!({"suite": "external", "options": {"benchmark": "sleeper"}}).to_string();
     let (status, started) = post(addr, "/api/v1/runs", &body).await;
     assert_eq!(status, 202, "{started}");
     let id = started["id"].as_str().unwrap().to_string();
@@ -228,4 +241,30 @@ async fn cancel_over_http_stops_the_benchmark_and_its_children() {
         !alive(child),
         "the benchmark's child {child} outlived the cancel"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_the_config_does_not_name_is_refused_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let addr = start(dir.path(), &[("known", json!({"command": ["true"]}))]).await;
+    let line = format!("touch '{}'", marker.display());
+    for options in [
+        json!({"command": line}),
+        json!({"benchmark": "unknown"}),
+        json!({"benchmark": "known", "command": line}),
+    ] {
+        let body = json!({"suite": "external", "options": options}).to_string();
+        let (status, answer) = post(addr, "/api/v1/runs", &body).await;
+        assert_eq!(status, 400, "{options}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("configured") || message.contains("takes no option"),
+            "{message}"
+        );
+    }
+    sleep(Duration::from_millis(500)).await;
+    assert!(!marker.exists(), "a refused command ran");
+    let runs = get(addr, "/api/v1/runs").await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 0, "{runs}");
 }

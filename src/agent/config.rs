@@ -50,6 +50,7 @@ struct ConfigFile {
     http_send_timeout_s: Option<f64>,
     min_free_space_mb: Option<u64>,
     dataset_cache_mb: Option<u64>,
+    benchmarks: Option<toml::Table>,
 }
 
 /// The configuration the agent runs with.
@@ -80,6 +81,9 @@ pub struct Config {
     pub min_free_space_bytes: u64,
     /// Size budget of the generated datasets in the cache folder.
     pub dataset_cache_bytes: u64,
+    /// Other frameworks' benchmarks the agent may run (`[benchmarks.NAME]`: the external
+    /// suite's options), started over D-Bus and HTTP by name only.
+    pub benchmarks: std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Default for Config {
@@ -102,6 +106,7 @@ impl Default for Config {
             http_send_timeout: Duration::from_secs_f64(DEFAULT_HTTP_SEND_TIMEOUT_S),
             min_free_space_bytes: DEFAULT_MIN_FREE_SPACE_MB * MIB,
             dataset_cache_bytes: crate::engine::data::synth_cache::DEFAULT_BUDGET_BYTES,
+            benchmarks: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -225,6 +230,16 @@ impl Config {
             }
             config.dataset_cache_bytes = mb.saturating_mul(MIB);
         }
+        for (name, entry) in file.benchmarks.unwrap_or_default() {
+            let serde_json::Value::Object(options) = serde_json::to_value(&entry)
+                .map_err(|e| invalid(format!("benchmarks.{name}: {e}")))?
+            else {
+                return Err(invalid(format!("benchmarks.{name} must be a table")));
+            };
+            crate::suite::external::spec(&options)
+                .map_err(|e| invalid(format!("benchmarks.{name}: {e}")))?;
+            config.benchmarks.insert(name, options);
+        }
         Ok(config)
     }
 }
@@ -255,6 +270,24 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn benchmarks_are_the_external_suites_options_by_name_and_checked() {
+        let c = parse(
+            "[benchmarks.tinygrad-resnet]\ncommand = [\"python3\", \"examples/mlperf/model_train.py\"]\n\
+             cwd = \"/opt/tinygrad\"\nenv = { MODEL = \"resnet\" }\nmllog = \"stdout\"\ntimeout_s = 30000\n",
+        )
+        .unwrap();
+        let bench = &c.benchmarks["tinygrad-resnet"];
+        assert_eq!(bench["cwd"], "/opt/tinygrad");
+        assert_eq!(bench["env"]["MODEL"], "resnet");
+        let err = parse("[benchmarks.broken]\nenv = { A = \"1\" }\n").unwrap_err();
+        assert!(err.to_string().contains("benchmarks.broken"), "{err}");
+        assert!(
+            err.to_string().contains("needs the option command"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -109,6 +109,7 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         state_dir: config.state_dir.clone(),
         min_free_space: config.min_free_space_bytes,
         dataset_cache: config.dataset_cache_bytes,
+        benchmarks: config.benchmarks.clone(),
     };
     tokio::spawn(Supervisor::new(shared.clone(), supervisor_config, commands).run(inbox));
     Ok(AgentHandle { shared })

@@ -55,6 +55,8 @@ pub struct SupervisorConfig {
     pub min_free_space: u64,
     /// Size budget of the generated datasets in the cache folder.
     pub dataset_cache: u64,
+    /// The configured external benchmarks, by name.
+    pub benchmarks: std::collections::BTreeMap<String, Map<String, Value>>,
 }
 
 pub(super) struct Supervisor {
@@ -143,6 +145,12 @@ impl Supervisor {
         options: Map<String, Value>,
         trigger: Trigger,
     ) -> Result<String, AgentError> {
+        let options = if suite == crate::suite::external::NAME {
+            configured_benchmark(&self.config.benchmarks, options)
+                .map_err(AgentError::InvalidArgs)?
+        } else {
+            options
+        };
         crate::suite::validate(&suite, &options).map_err(AgentError::InvalidArgs)?;
         if let Some(current) = self.state.current_run() {
             return Err(AgentError::Busy(current.to_string()));
@@ -546,4 +554,56 @@ pub(super) async fn rescan(
     write(&shared.status).sku = sku.clone();
     let _ = shared.events.send(AgentEvent::HardwareChanged { sku });
     Ok(json)
+}
+
+/// The options of an external run the agent starts: only a benchmark configured in
+/// `tinyperf.toml`, by name, so that the right to start runs (group `tinyperf` on D-Bus,
+/// the token over HTTP) is not the right to run any command as the agent's user.
+fn configured_benchmark(
+    benchmarks: &std::collections::BTreeMap<String, Map<String, Value>>,
+    mut options: Map<String, Value>,
+) -> Result<Map<String, Value>, String> {
+    let known = || {
+        if benchmarks.is_empty() {
+            "none is configured: add [benchmarks.NAME] to tinyperf.toml".to_string()
+        } else {
+            format!(
+                "configured: {}",
+                benchmarks.keys().cloned().collect::<Vec<_>>().join(", ")
+            )
+        }
+    };
+    let name = match options.remove(crate::suite::external::BENCHMARK) {
+        Some(Value::String(name)) => name,
+        _ => {
+            return Err(format!(
+                "the agent runs only external benchmarks configured in tinyperf.toml: give the \
+                 option benchmark=NAME ({})",
+                known()
+            ))
+        }
+    };
+    let Some(configured) = benchmarks.get(&name) else {
+        return Err(format!(
+            "no benchmark {} ({})",
+            crate::echo::quoted(&name),
+            known()
+        ));
+    };
+    if let Some(key) = options
+        .keys()
+        .find(|k| k.as_str() != crate::suite::options::STAGE_TIMEOUT_S.key)
+    {
+        return Err(format!(
+            "a configured benchmark takes no option {} besides stage_timeout_s",
+            crate::echo::quoted(key)
+        ));
+    }
+    let mut merged = configured.clone();
+    merged.extend(options);
+    merged.insert(
+        crate::suite::external::BENCHMARK.into(),
+        Value::String(name),
+    );
+    Ok(merged)
 }

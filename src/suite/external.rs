@@ -22,6 +22,9 @@ use crate::mlperf::score::RunScore;
 use crate::record::{Check, StageResult, Verdict};
 
 pub const NAME: &str = "external";
+/// The option naming a benchmark configured in `tinyperf.toml`, kept in the record so a
+/// run says which framework's benchmark it was.
+pub const BENCHMARK: &str = "benchmark";
 /// How long the group has between SIGTERM and SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(100);
@@ -48,13 +51,14 @@ pub fn spec(options: &Map<String, Value>) -> Result<ExternalSpec, String> {
             "cwd",
             "mllog",
             "timeout_s",
+            BENCHMARK,
             super::options::STAGE_TIMEOUT_S.key,
         ]
         .contains(&key.as_str())
         {
             return Err(format!(
                 "suite external has no option {} (it takes: command, env, cwd, mllog, timeout_s, \
-                 stage_timeout_s)",
+                 benchmark, stage_timeout_s)",
                 crate::echo::quoted(key)
             ));
         }
