@@ -382,3 +382,73 @@ fn precision_is_refused_by_a_suite_that_does_not_train() {
     assert!(text(&out).contains("precision"), "{}", text(&out));
     assert!(only_runs_empty(state.path()));
 }
+
+/// A dataset unlike the generated one (five classes of twenty 24² images, not four of
+/// 250 at 64²) trains to the default target with no schedule options, where the
+/// generated set's ten epochs end short of it: the planned epochs come from the set.
+#[test]
+fn a_dataset_of_another_shape_trains_to_the_default_target_without_schedule_options() {
+    let state = tempfile::tempdir().unwrap();
+    let data = state.path().join("data");
+    let out = tinyperf()
+        .args(["dataset", "synth"])
+        .arg(&data)
+        .args([
+            "--classes",
+            "5",
+            "--per-class",
+            "20",
+            "--val-per-class",
+            "10",
+        ])
+        .args(["--size", "24", "--seed", "7"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // Only what keeps a debug build quick: the image side and the batch.
+    let options = [
+        "image_size=16",
+        "batch_size=32",
+        "eval_batch_size=30",
+        "seed=1",
+    ];
+    let smoke = |state: &Path, extra: &[&str]| {
+        let options: Vec<&str> = options.iter().chain(extra).copied().collect();
+        let out = run_with(
+            state,
+            &["smoke", "--dataset", data.to_str().unwrap()],
+            &options,
+        );
+        let (_, record) = only_run(state);
+        (out, record["stages"][0].clone())
+    };
+
+    let (out, stage) = smoke(state.path(), &[]);
+    assert!(out.status.success(), "{}\n{stage:#}", text(&out));
+    let metric = |name: &str| {
+        stage["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["value"].as_f64())
+            .unwrap_or_else(|| panic!("metric {name} in {stage:#}"))
+    };
+    assert!(metric("final_accuracy") >= 0.8, "{stage:#}");
+    assert!(metric("epochs") > 10.0, "{stage:#}");
+    let fitted = stage["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .find(|f| f.starts_with("schedule fitted to the dataset"))
+        .unwrap_or_else(|| panic!("{stage:#}"));
+    // 2,500 images per class at batch 32: 391 steps, 98 epochs of four.
+    assert!(fitted.contains("98 planned epochs of 4 steps"), "{fitted}");
+
+    // The generated set's schedule, given as options, stops short on this set.
+    let fixed = tempfile::tempdir().unwrap();
+    let (out, stage) = smoke(fixed.path(), &["train_epochs=10", "warmup_epochs=1"]);
+    assert!(!out.status.success(), "{}\n{stage:#}", text(&out));
+    assert_eq!(stage["verdict"], "fail", "{stage:#}");
+}

@@ -73,6 +73,7 @@ pub fn run(ctx: &mut StageContext<'_>, nth: Option<u8>) -> StageResult {
             .and_then(|v| v.as_u64())
             .map(|t| t as usize),
         may_be_closed: image_size == IMAGE_SIDE,
+        fit_schedule: None,
     };
     training::run(ctx, job)
 }

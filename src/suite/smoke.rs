@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use serde_json::{Map, Value};
+
 use super::options::{
     self, DATASET, IMAGE_SIZE, LOADER_THREADS, MODEL, SYNTH_CLASSES, SYNTH_PER_CLASS, SYNTH_SIZE,
     SYNTH_VAL_PER_CLASS,
@@ -30,7 +32,8 @@ pub const DEFAULT_PER_CLASS: usize = 250;
 /// The smoke recipe: the reference optimizer and schedule at batch 128 (see
 /// [`Recipe::smoke`]), stopping at [`DEFAULT_TARGET`]. A run of about eighty steps
 /// needs larger LARS steps than the reference's thousands: a trust coefficient of 0.01
-/// (the reference 0.001) and a base LR of 2.
+/// (the reference 0.001) and a base LR of 2. Its planned and warmup epochs are the
+/// generated dataset's; [`fit_schedule`] replaces them with the given dataset's.
 pub fn recipe() -> Recipe {
     Recipe {
         target_accuracy: DEFAULT_TARGET,
@@ -39,6 +42,56 @@ pub fn recipe() -> Recipe {
         train_epochs: 10,
         ..Recipe::smoke()
     }
+}
+
+/// The training budget of a smoke run, in images seen per class. A fixed number of
+/// epochs fits one dataset only: a set with fewer images per class, or more classes to
+/// tell apart, needs more passes for the same number of optimizer steps per class. On
+/// the generated dataset (4 × 250 images, batch 128) this is its 10 epochs.
+pub const IMAGES_PER_CLASS: usize = 2_500;
+/// The planned epochs stay within these: one pass over a large set is too few for the
+/// warmup and the decay, and a tiny set should not loop for ever.
+pub const MIN_EPOCHS: u32 = 3;
+pub const MAX_EPOCHS: u32 = 100;
+/// Warmup as a share of the planned epochs: the generated set's one epoch in ten.
+pub const WARMUP_SHARE: f64 = 0.1;
+
+/// Planned and warmup epochs for `classes` classes and `train_images` training images at
+/// the recipe's batch: a budget of optimizer steps ([`IMAGES_PER_CLASS`] per class),
+/// rounded up to whole epochs, with a warmup in proportion. Each is left alone when the
+/// run's options set it. Returns what it chose, for the run's findings.
+pub fn fit_schedule(
+    recipe: &mut Recipe,
+    classes: usize,
+    train_images: usize,
+    options: &Map<String, Value>,
+) -> Option<String> {
+    let epochs_given = options.contains_key("train_epochs");
+    let warmup_given = options.contains_key("warmup_epochs");
+    if epochs_given && warmup_given {
+        return None;
+    }
+    let batch = recipe.global_batch_size.max(1);
+    let budget_steps = (IMAGES_PER_CLASS * classes.max(1)).div_ceil(batch) as u64;
+    let steps_per_epoch = recipe.steps_per_epoch(train_images.max(1)).max(1);
+    if !epochs_given {
+        let epochs = budget_steps.div_ceil(steps_per_epoch);
+        let epochs = epochs.clamp(u64::from(MIN_EPOCHS), u64::from(MAX_EPOCHS)) as u32;
+        // A warmup that was asked for is never cut short by the fitted horizon.
+        recipe.train_epochs = epochs.max(recipe.warmup_epochs * u32::from(warmup_given));
+    }
+    if !warmup_given {
+        let warmup = (f64::from(recipe.train_epochs) * WARMUP_SHARE).round() as u32;
+        recipe.warmup_epochs = warmup.clamp(1, recipe.train_epochs);
+    }
+    Some(format!(
+        "schedule fitted to the dataset: {} planned epochs of {steps_per_epoch} steps \
+         ({} steps, about {IMAGES_PER_CLASS} images seen per class), {} warmup epoch(s); \
+         -o train_epochs=N and -o warmup_epochs=N set them",
+        recipe.train_epochs,
+        u64::from(recipe.train_epochs) * steps_per_epoch,
+        recipe.warmup_epochs
+    ))
 }
 
 /// The generated dataset the suite trains on unless told otherwise.
@@ -118,6 +171,54 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             .and_then(|v| v.as_u64())
             .map(|t| t as usize),
         may_be_closed: false,
+        fit_schedule: Some(fit_schedule),
     };
     training::run(ctx, job)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fitted(classes: usize, images: usize, options: &[(&str, u64)]) -> Recipe {
+        let options: Map<String, Value> = options
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::from(*v)))
+            .collect();
+        let mut r = recipe().with_options(&options).unwrap();
+        fit_schedule(&mut r, classes, images, &options);
+        r
+    }
+
+    #[test]
+    fn the_generated_dataset_keeps_its_ten_epochs() {
+        let r = fitted(DEFAULT_CLASSES, DEFAULT_CLASSES * DEFAULT_PER_CLASS, &[]);
+        assert_eq!(
+            (r.train_epochs, r.warmup_epochs),
+            (recipe().train_epochs, 1)
+        );
+    }
+
+    #[test]
+    fn fewer_images_per_class_and_more_classes_get_more_epochs() {
+        // Ten classes of 140 images: eleven steps an epoch, 196 steps planned.
+        let r = fitted(10, 1_400, &[]);
+        assert_eq!((r.train_epochs, r.warmup_epochs), (18, 2));
+        // A large set still gets a warmup and a decay.
+        assert_eq!(fitted(10, 100_000, &[]).train_epochs, MIN_EPOCHS);
+        assert_eq!(
+            fitted(1_000, 1_000, &[("batch_size", 16)]).train_epochs,
+            MAX_EPOCHS
+        );
+    }
+
+    #[test]
+    fn epochs_and_warmup_given_as_options_are_kept() {
+        let r = fitted(10, 1_400, &[("train_epochs", 30)]);
+        assert_eq!((r.train_epochs, r.warmup_epochs), (30, 3));
+        let r = fitted(10, 1_400, &[("warmup_epochs", 0)]);
+        assert_eq!((r.train_epochs, r.warmup_epochs), (18, 0));
+        let r = fitted(10, 1_400, &[("train_epochs", 7), ("warmup_epochs", 2)]);
+        assert_eq!((r.train_epochs, r.warmup_epochs), (7, 2));
+    }
 }

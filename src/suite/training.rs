@@ -61,7 +61,12 @@ pub struct TrainJob {
     /// Whether the run may be logged as closed division (ImageNet with a closed
     /// recipe); otherwise it is always open.
     pub may_be_closed: bool,
+    /// Fits the recipe's schedule to the dataset once it is opened (classes, training
+    /// images, the run's options); what it returns is a finding.
+    pub fit_schedule: Option<ScheduleFit>,
 }
+
+pub type ScheduleFit = fn(&mut Recipe, usize, usize, &Map<String, Value>) -> Option<String>;
 
 /// Runs `job` and closes the stage. Nothing here panics on bad input: a dataset that
 /// cannot be used, a file that cannot be written, a diverging loss or a cancel each
@@ -101,6 +106,12 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
         dataset.root.display(),
         dataset.num_classes()
     ));
+    if let Some(fit) = job.fit_schedule {
+        let classes = dataset.num_classes();
+        if let Some(finding) = fit(&mut job.recipe, classes, train_len, ctx.options) {
+            report.findings.push(finding);
+        }
+    }
     if job.recipe.global_batch_size > train_len {
         report.findings.push(format!(
             "the batch of {} is larger than the {train_len} training images: every step \
