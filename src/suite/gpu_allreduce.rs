@@ -1,7 +1,7 @@
 //! The `gpu-allreduce` stage of `acceptance`: all-reduce bus bandwidth over every GPU of
 //! the box, the way nccl-tests reports it, against the box's factory requirement.
 
-use super::gpu_devices::{self, GpuChoice};
+use super::gpu_devices;
 use super::options::{self, ALLREDUCE_MIB, ALLREDUCE_MIN_GBPS};
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::GpuBackend;
@@ -27,10 +27,9 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options, ALLREDUCE_MIB, DEFAULT_MIB as f64) as usize) << 20;
     let min_busbw = options::number(ctx.options, ALLREDUCE_MIN_GBPS, FACTORY_MIN_BUSBW_GBPS);
-    let backends = match gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { backends, .. }) => backends,
-        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let backends = match gpu_devices::open_for_stage(ctx.options) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
     if backends.len() < 2 {
         return report.finish_as(

@@ -1,7 +1,7 @@
 //! The `gpu-bandwidth` stage of `acceptance`: host→device and device→host copy
 //! bandwidth of every GPU with pinned host memory, against its PCIe link's capacity.
 
-use super::gpu_devices::{self, path_link, usable_link_gbps, GpuChoice};
+use super::gpu_devices::{self, path_link, usable_link_gbps};
 use super::options::{self, TRANSFER_MIB};
 use super::stage::{StageContext, StageReport};
 use crate::record::{Check, StageResult, Verdict};
@@ -16,10 +16,9 @@ const REPEATS: usize = 10;
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options, TRANSFER_MIB, DEFAULT_MIB as f64) as usize) << 20;
-    let backends = match gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { backends, .. }) => backends,
-        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let backends = match gpu_devices::open_for_stage(ctx.options) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
     let mut summary = Vec::new();
     let total = backends.len() * 2;

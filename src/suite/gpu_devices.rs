@@ -72,6 +72,18 @@ pub fn open(options: &Map<String, Value>) -> Result<GpuChoice, String> {
     }
 }
 
+/// The GPUs a GPU stage runs on, or the verdict it ends with instead: skip, saying why,
+/// when the run is on the CPU; error when the GPUs cannot be opened.
+pub fn open_for_stage(
+    options: &Map<String, Value>,
+) -> Result<Vec<GpuBackend>, (crate::record::Verdict, String)> {
+    match open(options) {
+        Ok(GpuChoice::Gpus { backends, .. }) => Ok(backends),
+        Ok(GpuChoice::Cpu { reason }) => Err((crate::record::Verdict::Skip, reason)),
+        Err(e) => Err((crate::record::Verdict::Error, e)),
+    }
+}
+
 /// Published dense matmul peaks of a GPU model, TFLOP/s, with f32 accumulation: fp16
 /// tensor/matrix cores, and the f32 path tinyperf's GEMMs take on it (TF32 tensor cores
 /// on NVIDIA, plain f32 on AMD).

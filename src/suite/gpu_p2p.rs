@@ -1,7 +1,7 @@
 //! The `gpu-p2p` stage of `acceptance`: copy bandwidth between every ordered pair of
 //! GPUs, as a matrix, each copy checked for correct data.
 
-use super::gpu_devices::{self, GpuChoice};
+use super::gpu_devices;
 use super::options::{self, TRANSFER_MIB};
 use super::stage::{StageContext, StageReport};
 use crate::record::{Check, StageResult, Verdict};
@@ -12,10 +12,9 @@ const REPEATS: usize = 5;
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options, TRANSFER_MIB, 256.0) as usize) << 20;
-    let backends = match gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { backends, .. }) => backends,
-        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let backends = match gpu_devices::open_for_stage(ctx.options) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
     let n = backends.len();
     if n < 2 {

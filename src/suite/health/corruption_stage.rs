@@ -8,7 +8,7 @@ use super::peers::{self, PeerLimits};
 use super::Outcome;
 use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::record::{Check, StageResult, Verdict};
-use crate::suite::gpu_devices::{self, GpuChoice};
+use crate::suite::gpu_devices;
 use crate::suite::options::{self, BURN_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -26,10 +26,9 @@ const GPU_SIZES: Sizes = Sizes {
 pub fn run(ctx: &mut StageContext<'_>, default_burn_seconds: f64) -> StageResult {
     let mut report = StageReport::new(NAME);
     let burn = options::number(ctx.options, BURN_SECONDS, default_burn_seconds);
-    let backends = match gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { backends, .. }) => backends,
-        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let backends = match gpu_devices::open_for_stage(ctx.options) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
     let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
     ctx.progress(

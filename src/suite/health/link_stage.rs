@@ -12,7 +12,7 @@ use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::inventory::aer::AerCounters;
 use crate::inventory::{gpu_link_states, GpuLinkState, PciAddress};
 use crate::record::{Check, StageResult, Verdict};
-use crate::suite::gpu_devices::{self, GpuChoice};
+use crate::suite::gpu_devices;
 use crate::suite::options::{self, LINK_LOAD_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -46,10 +46,9 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     report.findings.push(NOT_IMPLEMENTED.to_string());
     let seconds = options::number(ctx.options, LINK_LOAD_SECONDS, DEFAULT_LOAD_SECONDS);
-    let backends = match gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { backends, .. }) => backends,
-        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let backends = match gpu_devices::open_for_stage(ctx.options) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
     let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
     let root = ctx.root.clone();

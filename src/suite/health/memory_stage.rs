@@ -3,7 +3,7 @@
 
 use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::record::{Check, StageResult, Verdict};
-use crate::suite::gpu_devices::{self, GpuChoice};
+use crate::suite::gpu_devices;
 use crate::suite::options::{self, MEMORY_FRACTION};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -16,10 +16,9 @@ const CHUNK_BYTES: usize = 256 << 20;
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let fraction = options::number(ctx.options, MEMORY_FRACTION, DEFAULT_FRACTION);
-    let backends = match gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { backends, .. }) => backends,
-        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let backends = match gpu_devices::open_for_stage(ctx.options) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
     let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
     ctx.progress(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::engine::backend::gpu::driver::{DriverError, GpuDriver, MatmulPrecision};
 use crate::inventory::{gpu_link_states, kernel_log, PciAddress};
 use crate::record::{Check, StageResult, Verdict};
-use crate::suite::gpu_devices::{self, GpuChoice};
+use crate::suite::gpu_devices;
 use crate::suite::options::{self, PULSE_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -29,10 +29,9 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             Some("off unless asked for: -o pulse_seconds=N".into()),
         );
     }
-    let backends = match gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { backends, .. }) => backends,
-        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let backends = match gpu_devices::open_for_stage(ctx.options) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
     let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
     let root = ctx.root.clone();

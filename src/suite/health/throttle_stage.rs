@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::engine::backend::gpu::driver::{GpuDriver, MatmulPrecision};
 use crate::record::{Check, StageResult, Verdict};
 use crate::runtime::telemetry::{Sampler, ThrottleReason};
-use crate::suite::gpu_devices::{self, GpuChoice};
+use crate::suite::gpu_devices;
 use crate::suite::options::{self, THROTTLE_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -66,10 +66,9 @@ fn is_trouble(reason: ThrottleReason) -> bool {
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let seconds = options::number(ctx.options, THROTTLE_SECONDS, DEFAULT_SECONDS);
-    let backends = match gpu_devices::open(ctx.options) {
-        Ok(GpuChoice::Gpus { backends, .. }) => backends,
-        Ok(GpuChoice::Cpu { reason }) => return report.finish_as(Verdict::Skip, Some(reason)),
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let backends = match gpu_devices::open_for_stage(ctx.options) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
     let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
     let mut sampler = Sampler::discover(&ctx.root);
