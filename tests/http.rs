@@ -1118,3 +1118,62 @@ async fn slow_and_idle_clients_are_timed_out() {
     assert_eq!(server.handle.counters().runs_started, 0);
     assert_healthy(addr).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_training_run_streams_live_figures_and_keeps_them_for_the_live_endpoint() {
+    let server = default_server().await;
+    let addr = server.addr;
+    let mut events = open_events(addr).await;
+    let body = serde_json::json!({
+        "suite": "smoke",
+        "options": {
+            "synth_classes": 2, "synth_per_class": 32, "synth_val_per_class": 8,
+            "synth_size": 16, "image_size": 16, "batch_size": 16, "eval_batch_size": 16,
+            "base_lr": 1, "lars_trust_coefficient": 0.02, "train_epochs": 4,
+            "target_accuracy": 1.0, "seed": 1
+        }
+    });
+    let started = post_json(addr, "/api/v1/runs", Some(TOKEN), &body.to_string()).await;
+    assert_eq!(started.status, 202, "{}", started.text());
+    let id = started.json()["id"].as_str().unwrap().to_string();
+    let mut train = Vec::new();
+    let mut samples = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run did not finish"
+        );
+        let (name, data) = next_event(&mut events).await;
+        if name == ":" {
+            continue;
+        }
+        let value: Value = serde_json::from_str(&data).unwrap();
+        match name.as_str() {
+            "train" => {
+                assert_eq!(value["run_id"], id.as_str());
+                train.push(value["point"].clone());
+            }
+            "telemetry" => {
+                assert_eq!(value["run_id"], id.as_str());
+                assert!(
+                    value["at"].is_string() && value["gpus"].is_array(),
+                    "{value}"
+                );
+                samples += 1;
+            }
+            "run_finished" => break,
+            _ => {}
+        }
+    }
+    let epochs = train.iter().filter(|p| p["kind"] == "epoch").count();
+    assert_eq!(epochs, 4, "{train:?}");
+    assert!(samples >= 1, "no telemetry event");
+    let live = get(addr, "/api/v1/live").await;
+    assert_eq!(live.status, 200);
+    let live = live.json();
+    assert_eq!(live["run_id"], id.as_str());
+    assert_eq!(live["running"], false);
+    assert_eq!(live["train"].as_array().unwrap().len(), train.len());
+    assert!(!live["telemetry"].as_array().unwrap().is_empty());
+}

@@ -454,3 +454,91 @@ fn a_dataset_of_another_shape_trains_to_the_default_target_without_schedule_opti
     assert!(!out.status.success(), "{}\n{stage:#}", text(&out));
     assert_eq!(stage["verdict"], "fail", "{stage:#}");
 }
+
+/// An amdgpu in a sysfs-shaped tree, the way the kernel lays it out, drawing `watts`.
+fn amd_gpu_drawing(root: &Path, address: &str, watts: u32) {
+    let device = root
+        .join("sys/devices/pci0000:00/0000:00:01.1")
+        .join(address);
+    let hwmon = device.join("hwmon/hwmon3");
+    fs::create_dir_all(&hwmon).unwrap();
+    fs::write(device.join("vendor"), "0x1002\n").unwrap();
+    fs::write(device.join("class"), "0x030000\n").unwrap();
+    fs::write(device.join("gpu_busy_percent"), "93\n").unwrap();
+    fs::write(hwmon.join("name"), "amdgpu\n").unwrap();
+    fs::write(
+        hwmon.join("power1_average"),
+        format!("{}\n", watts * 1_000_000),
+    )
+    .unwrap();
+    fs::write(hwmon.join("temp1_label"), "edge\n").unwrap();
+    fs::write(hwmon.join("temp1_input"), "61000\n").unwrap();
+    let bus = root.join("sys/bus/pci/devices");
+    fs::create_dir_all(&bus).unwrap();
+    std::os::unix::fs::symlink(&device, bus.join(address)).unwrap();
+}
+
+#[test]
+fn a_run_streams_its_training_figures_and_gpu_samples_live_and_nothing_after_its_end() {
+    let state = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    amd_gpu_drawing(root.path(), "0000:0a:00.0", 250);
+    let mut cmd = tinyperf();
+    cmd.args([
+        "run",
+        "smoke",
+        "--events",
+        "jsonl",
+        "--telemetry-interval",
+        "0.05",
+    ])
+    .arg("--state-dir")
+    .arg(state.path())
+    .arg("--root")
+    .arg(root.path());
+    for o in SHORT_SMOKE {
+        cmd.arg("-o").arg(o);
+    }
+    let out = cmd.stderr(Stdio::null()).output().unwrap();
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "run_finished", "{last}");
+    let points: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "train")
+        .map(|e| &e["point"])
+        .collect();
+    let steps = points.iter().filter(|p| p["kind"] == "step").count();
+    let epochs: Vec<&&Value> = points.iter().filter(|p| p["kind"] == "epoch").collect();
+    assert!(steps >= 1, "no step figures: {points:?}");
+    assert!(!epochs.is_empty(), "no epoch figures");
+    for epoch in &epochs {
+        assert_eq!(epoch["stage"], "smoke");
+        assert!(epoch["images_per_s"].as_f64().unwrap() > 0.0, "{epoch}");
+        assert!(epoch["loss"].as_f64().unwrap().is_finite(), "{epoch}");
+        assert!(epoch["elapsed_s"].as_f64().unwrap() >= 0.0, "{epoch}");
+    }
+    assert!(
+        epochs.iter().any(|e| e["eval_accuracy"].as_f64().is_some()),
+        "no evaluation in any epoch figure: {epochs:?}"
+    );
+    let steps_in_order: Vec<u64> = points
+        .iter()
+        .map(|p| p["global_step"].as_u64().unwrap())
+        .collect();
+    assert!(steps_in_order.windows(2).all(|w| w[0] <= w[1]));
+    let samples: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "telemetry")
+        .map(|e| &e["sample"])
+        .collect();
+    assert!(!samples.is_empty(), "no telemetry samples");
+    let gpu = &samples[0]["gpus"][0];
+    assert_eq!(gpu["address"], "0000:0a:00.0", "{gpu}");
+    assert_eq!(gpu["power_w"].as_f64(), Some(250.0), "{gpu}");
+    assert_eq!(gpu["util_percent"].as_f64(), Some(93.0), "{gpu}");
+}

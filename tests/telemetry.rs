@@ -434,6 +434,7 @@ fn recorder(root: &Path, csv_path: Option<PathBuf>, interval: Duration) -> Telem
         csv_path,
         interval,
         sources: Sources::SysfsOnly,
+        sink: None,
     })
 }
 

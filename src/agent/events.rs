@@ -3,7 +3,9 @@
 use serde::Serialize;
 
 use super::handle::AgentState;
+use super::live::TimedSample;
 use crate::record::{RunState, Verdict};
+use crate::suite::event::TrainPoint;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -39,6 +41,17 @@ pub enum AgentEvent {
     HardwareChanged {
         sku: String,
     },
+    /// A training figure of the run in progress.
+    Train {
+        run_id: String,
+        point: TrainPoint,
+    },
+    /// A telemetry sample of every GPU during the run in progress.
+    Telemetry {
+        run_id: String,
+        #[serde(flatten)]
+        sample: TimedSample,
+    },
 }
 
 impl AgentEvent {
@@ -52,6 +65,8 @@ impl AgentEvent {
             AgentEvent::StageFinished { .. } => "stage_finished",
             AgentEvent::RunFinished { .. } => "run_finished",
             AgentEvent::HardwareChanged { .. } => "hardware_changed",
+            AgentEvent::Train { .. } => "train",
+            AgentEvent::Telemetry { .. } => "telemetry",
         }
     }
 }

@@ -123,6 +123,7 @@ pub(super) struct Shared {
     pub status: RwLock<StatusSnapshot>,
     pub hardware: RwLock<HardwareView>,
     pub counters: RwLock<Counters>,
+    pub live: RwLock<super::live::LiveRun>,
     pub events: broadcast::Sender<AgentEvent>,
     pub commands: mpsc::Sender<Command>,
 }
@@ -156,6 +157,17 @@ impl AgentHandle {
     /// The SKU the box was recognised as, or `unrecognised`.
     pub fn sku(&self) -> String {
         read(&self.shared.hardware).sku.clone()
+    }
+
+    /// The live figures of the run in progress (or of the last run, marked not
+    /// running, until the next starts).
+    pub fn live(&self) -> super::live::LiveRun {
+        read(&self.shared.live).clone()
+    }
+
+    /// Reads the live figures in place, for a reader that needs only part of them.
+    pub fn with_live<T>(&self, reader: impl FnOnce(&super::live::LiveRun) -> T) -> T {
+        reader(&read(&self.shared.live))
     }
 
     /// Totals since start.

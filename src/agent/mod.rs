@@ -4,6 +4,7 @@
 pub mod config;
 pub mod events;
 pub mod handle;
+pub mod live;
 pub mod notify;
 pub mod state;
 pub mod supervisor;
@@ -97,6 +98,7 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         status: RwLock::new(status),
         hardware: RwLock::new(hardware),
         counters: RwLock::new(counters),
+        live: RwLock::new(live::LiveRun::default()),
         events,
         commands: commands.clone(),
     });

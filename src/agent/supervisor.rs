@@ -12,6 +12,7 @@ use tracing::{error, info, warn};
 
 use super::events::AgentEvent;
 use super::handle::{blocking, read, write, AgentError, AgentState, Shared};
+use super::live::TimedSample;
 use super::state::{Input, SupervisorState, TransitionError};
 use super::watchdog::Watchdog;
 use super::worker::{self, WorkerControl, WorkerMessage, WorkerSpec};
@@ -322,6 +323,24 @@ impl Supervisor {
                 });
             }
             WorkerEvent::Hardware { .. } | WorkerEvent::RunFinished { .. } => save = true,
+            WorkerEvent::Train { point } => {
+                write(&self.shared.live).add_train(point.clone());
+                self.publish(AgentEvent::Train {
+                    run_id: run_id.to_string(),
+                    point: point.clone(),
+                });
+            }
+            WorkerEvent::Telemetry { sample } => {
+                let sample = TimedSample {
+                    at: chrono::Utc::now(),
+                    sample: sample.clone(),
+                };
+                write(&self.shared.live).add_sample(sample.clone());
+                self.publish(AgentEvent::Telemetry {
+                    run_id: run_id.to_string(),
+                    sample,
+                });
+            }
             WorkerEvent::RunStarted { .. } | WorkerEvent::Heartbeat => {}
         }
         if save {
@@ -426,6 +445,7 @@ impl Supervisor {
             .writer
             .save(&self.shared.store, Arc::new(record.clone()));
         *write(&self.shared.current) = None;
+        write(&self.shared.live).end();
         info!(run = %record.id, state = %record.state, "run finished");
         {
             let mut status = write(&self.shared.status);
@@ -475,6 +495,7 @@ impl Supervisor {
             status.progress = 0.0;
         }
         write(&self.shared.counters).runs_started += 1;
+        write(&self.shared.live).begin(&record.id);
         self.publish(AgentEvent::StateChanged {
             state: AgentState::Running,
             current_run: Some(record.id.clone()),

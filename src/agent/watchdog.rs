@@ -43,7 +43,8 @@ impl Watchdog {
     pub fn heard(&mut self, event: &WorkerEvent, now: Instant) {
         self.last_heard = now;
         match event {
-            WorkerEvent::Heartbeat => return,
+            // Sent by threads of their own: alive, but not a sign the stage moves.
+            WorkerEvent::Heartbeat | WorkerEvent::Telemetry { .. } => return,
             WorkerEvent::StageStarted { stage, .. } => {
                 self.stage = Some(stage.clone());
                 self.since = now;
@@ -123,6 +124,11 @@ fn describe(event: &WorkerEvent) -> String {
         }
         WorkerEvent::RunFinished { state, .. } => format!("run finished ({state})"),
         WorkerEvent::Heartbeat => "a heartbeat".into(),
+        WorkerEvent::Train { point } => format!(
+            "{} epoch {} step {}/{}",
+            point.stage, point.epoch, point.global_step, point.planned_steps
+        ),
+        WorkerEvent::Telemetry { .. } => "a telemetry sample".into(),
     }
 }
 

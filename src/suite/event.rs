@@ -5,6 +5,40 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::record::{RunRecord, RunState, StageResult};
+use crate::runtime::telemetry::TelemetrySample;
+
+/// Whether a training figure is one step's or a whole epoch's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrainPointKind {
+    Step,
+    Epoch,
+}
+
+/// One training figure as a run reports it live: a step (sent at most about once a
+/// second) or an epoch's summary with its evaluation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainPoint {
+    pub stage: String,
+    pub kind: TrainPointKind,
+    /// 1-based.
+    pub epoch: u32,
+    pub planned_epochs: u32,
+    /// Steps taken in the stage so far, and how many it plans.
+    pub global_step: u64,
+    pub planned_steps: u64,
+    /// The step's loss, or the epoch's mean.
+    pub loss: f64,
+    /// Training top-1 of the step's batch, or of the epoch.
+    pub accuracy: f64,
+    pub images_per_s: f64,
+    pub lr: f64,
+    /// Evaluation top-1, on epoch points that had an evaluation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eval_accuracy: Option<f64>,
+    /// Seconds since the stage started.
+    pub elapsed_s: f64,
+}
 
 /// One line of `tinyperf run --events jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,6 +74,14 @@ pub enum WorkerEvent {
     /// Sent from a thread of its own every few seconds: the worker process is alive,
     /// whatever its stage is doing.
     Heartbeat,
+    /// A training figure, as it happens.
+    Train {
+        point: TrainPoint,
+    },
+    /// One telemetry sample of every GPU, as the sampler takes it (from its own thread).
+    Telemetry {
+        sample: TelemetrySample,
+    },
 }
 
 impl WorkerEvent {
@@ -65,7 +107,9 @@ impl RunRecord {
             WorkerEvent::RunStarted { .. }
             | WorkerEvent::StageStarted { .. }
             | WorkerEvent::Progress { .. }
-            | WorkerEvent::Heartbeat => {}
+            | WorkerEvent::Heartbeat
+            | WorkerEvent::Train { .. }
+            | WorkerEvent::Telemetry { .. } => {}
             WorkerEvent::Hardware { hardware } => self.hardware = hardware.clone(),
             WorkerEvent::StageFinished { result } => self.stages.push(result.clone()),
             WorkerEvent::RunFinished { state, message } => self.finish(*state, message.clone()),

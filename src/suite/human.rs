@@ -22,7 +22,10 @@ pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> 
         WorkerEvent::Progress {
             message: Some(m), ..
         } => writeln!(out, "  … {m}")?,
-        WorkerEvent::Progress { .. } | WorkerEvent::Heartbeat => {}
+        WorkerEvent::Progress { .. }
+        | WorkerEvent::Heartbeat
+        | WorkerEvent::Train { .. }
+        | WorkerEvent::Telemetry { .. } => {}
         WorkerEvent::StageFinished { result } => {
             for m in &result.metrics {
                 writeln!(out, "  {:<24} {:>12.3} {}", m.name, m.value, m.unit)?;

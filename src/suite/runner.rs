@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -20,7 +21,7 @@ use crate::cli::args::{EventFormat, RunArgs};
 use crate::cli::UsageError;
 use crate::record::store::{new_run_id, Artifact, Store};
 use crate::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
-use crate::runtime::telemetry::{RecorderConfig, Sources, TelemetryRecorder};
+use crate::runtime::telemetry::{RecorderConfig, SampleSink, Sources, TelemetryRecorder};
 
 /// One step of a suite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,6 +201,7 @@ pub fn execute(
             .map(|dir| dir.join(Artifact::Telemetry.file_name())),
         interval: run_options.telemetry_interval,
         sources: Sources::All,
+        sink: run_options.telemetry_sink.clone(),
     });
     // Later stages judge the box by the inventory an earlier stage took.
     let mut hardware: Option<serde_json::Value> = None;
@@ -274,6 +276,8 @@ pub struct RunOptions {
     pub cache_budget: u64,
     /// How often telemetry is sampled while a stage runs.
     pub telemetry_interval: Duration,
+    /// Where each telemetry sample goes live, besides `telemetry.csv`.
+    pub telemetry_sink: Option<SampleSink>,
 }
 
 impl RunOptions {
@@ -287,6 +291,7 @@ impl RunOptions {
             cache_dir: default_cache_dir(None, None),
             cache_budget: crate::engine::data::synth_cache::DEFAULT_BUDGET_BYTES,
             telemetry_interval: crate::runtime::telemetry::DEFAULT_INTERVAL,
+            telemetry_sink: None,
         }
     }
 }
@@ -391,16 +396,23 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         cache_budget: args.dataset_cache_mb.saturating_mul(1024 * 1024),
         run_dir,
         telemetry_interval,
+        telemetry_sink: None,
     };
     let format = args.events;
     // The supervisor reads silence as a hung worker; a thread of its own says the
     // process is alive while a stage computes.
     let mut heartbeat = (format == EventFormat::Jsonl).then(Heartbeat::start);
+    let run_ended = Arc::new(AtomicBool::new(false));
+    let run_options = RunOptions {
+        telemetry_sink: (format == EventFormat::Jsonl).then(|| live_telemetry(&run_ended)),
+        ..run_options
+    };
     let mut sink_error: Option<std::io::Error> = None;
     let mut emit = |event: WorkerEvent| {
         record.apply(&event);
         if matches!(event, WorkerEvent::RunFinished { .. }) {
-            // The run's last line is its end, never a heartbeat after it.
+            // The run's last line is its end, never a heartbeat or a sample after it.
+            run_ended.store(true, Ordering::Relaxed);
             heartbeat.take();
         }
         // Locked per event, so heartbeats interleave between whole lines.
@@ -477,6 +489,23 @@ fn exit_status(suite: &str, state: RunState, record: &RunRecord) -> i32 {
 }
 
 /// Writes a heartbeat line every [`HEARTBEAT_INTERVAL`] until dropped.
+/// Writes each telemetry sample to stdout as an event line, until the run has ended.
+fn live_telemetry(run_ended: &Arc<AtomicBool>) -> SampleSink {
+    let run_ended = Arc::clone(run_ended);
+    SampleSink::new(move |sample| {
+        if run_ended.load(Ordering::Relaxed) {
+            return;
+        }
+        let line = WorkerEvent::Telemetry {
+            sample: sample.clone(),
+        }
+        .to_line();
+        let mut out = std::io::stdout().lock();
+        // A reader that went away is noticed by the run's own events.
+        let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+    })
+}
+
 struct Heartbeat {
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,

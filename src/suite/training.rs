@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::event::WorkerEvent;
+use super::event::{TrainPoint, TrainPointKind, WorkerEvent};
 use super::gpu_devices::GpuChoice;
 use super::stage::{StageContext, StageReport};
 use super::system_desc::{submission_platform, system_description, SoftwareStack};
@@ -536,7 +536,10 @@ impl TrainingRun<'_> {
         let mut observer = StageObserver {
             ctx,
             planned_steps: steps_per_epoch * u64::from(job.recipe.train_epochs),
+            planned_epochs: job.recipe.train_epochs,
             global_step: 0,
+            started: std::time::Instant::now(),
+            last_step_point: None,
         };
         Ok(match &mut trainee {
             Trainee::One(backend, model) => train(
@@ -554,11 +557,18 @@ impl TrainingRun<'_> {
     }
 }
 
-/// Turns the loop's reports into stage progress events.
+/// The least time between two live step figures: enough for a chart, few enough
+/// lines for a run of many thousand steps.
+const STEP_POINT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Turns the loop's reports into stage progress events and live training figures.
 struct StageObserver<'c, 'a> {
     ctx: &'c mut StageContext<'a>,
     planned_steps: u64,
+    planned_epochs: u32,
     global_step: u64,
+    started: std::time::Instant,
+    last_step_point: Option<std::time::Instant>,
 }
 
 impl StageObserver<'_, '_> {
@@ -584,6 +594,27 @@ impl TrainObserver for StageObserver<'_, '_> {
         );
         let fraction = self.fraction();
         self.ctx.progress(fraction, Some(message));
+        let now = std::time::Instant::now();
+        let due = self
+            .last_step_point
+            .is_none_or(|last| now.duration_since(last) >= STEP_POINT_INTERVAL);
+        if due || r.global_step == self.planned_steps {
+            self.last_step_point = Some(now);
+            self.send_point(TrainPoint {
+                stage: self.ctx.stage_name.to_string(),
+                kind: TrainPointKind::Step,
+                epoch: r.epoch,
+                planned_epochs: self.planned_epochs,
+                global_step: r.global_step,
+                planned_steps: self.planned_steps,
+                loss: f64::from(r.loss),
+                accuracy: r.accuracy,
+                images_per_s: r.images_per_s,
+                lr: r.lr,
+                eval_accuracy: None,
+                elapsed_s: self.started.elapsed().as_secs_f64(),
+            });
+        }
     }
 
     fn on_epoch(&mut self, r: &EpochReport) {
@@ -596,5 +627,25 @@ impl TrainObserver for StageObserver<'_, '_> {
         );
         let fraction = self.fraction();
         self.ctx.progress(fraction, Some(message));
+        self.send_point(TrainPoint {
+            stage: self.ctx.stage_name.to_string(),
+            kind: TrainPointKind::Epoch,
+            epoch: r.epoch,
+            planned_epochs: r.planned_epochs,
+            global_step: self.global_step,
+            planned_steps: self.planned_steps,
+            loss: r.mean_loss,
+            accuracy: r.train_accuracy,
+            images_per_s: r.images_per_s,
+            lr: r.lr,
+            eval_accuracy: r.eval_accuracy,
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+        });
+    }
+}
+
+impl StageObserver<'_, '_> {
+    fn send_point(&mut self, point: TrainPoint) {
+        (self.ctx.emit)(WorkerEvent::Train { point });
     }
 }

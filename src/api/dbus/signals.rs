@@ -74,6 +74,8 @@ async fn emit(
         AgentEvent::HardwareChanged { .. } => {
             announce(iface, &[Property::Hardware, Property::Sku]).await
         }
+        // Live figures change no property; D-Bus callers read them with the run.
+        AgentEvent::Train { .. } | AgentEvent::Telemetry { .. } => Ok(()),
     }
 }
 

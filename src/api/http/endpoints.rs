@@ -85,6 +85,9 @@ impl App {
             Endpoint::Healthz => Ok(response::json(StatusCode::OK, &json!({"status": "ok"}))),
             Endpoint::Status => Ok(response::json(StatusCode::OK, &self.handle.status())),
             Endpoint::Hardware => Ok(response::json(StatusCode::OK, &self.handle.hardware())),
+            Endpoint::Live => Ok(self
+                .handle
+                .with_live(|live| response::json(StatusCode::OK, live))),
             Endpoint::Runs if is_post => self.start_run(request).await,
             Endpoint::Runs => self.list_runs(request.uri().query()).await,
             Endpoint::Run(id) => {

@@ -21,7 +21,9 @@ pub use crate::record::{joules_to_kwh, run_energy_j, ENERGY_METRIC};
 pub use energy::{Energy, EnergyMeter, MAX_BRIDGED_GAP_S};
 pub use limits::LimitWatch;
 pub use nvml::throttle_reasons;
-pub use recorder::{RecorderConfig, Sources, StageTelemetry, TelemetryRecorder, DEFAULT_INTERVAL};
+pub use recorder::{
+    RecorderConfig, SampleSink, Sources, StageTelemetry, TelemetryRecorder, DEFAULT_INTERVAL,
+};
 pub use sample::{
     GpuSample, Sampler, TelemetrySample, Temperature, ThrottleReason, Throttling, NO_POWER_SOURCE,
 };

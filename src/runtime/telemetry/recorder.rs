@@ -16,7 +16,24 @@ use std::time::{Duration, Instant};
 use super::csv::CsvWriter;
 use super::energy::{Energy, EnergyMeter};
 use super::limits::LimitWatch;
-use super::sample::Sampler;
+use super::sample::{Sampler, TelemetrySample};
+
+/// Where each sample goes as it is taken, besides the CSV: the worker's event stream,
+/// so that whoever watches the run sees the GPUs live. Called on the sampling thread.
+#[derive(Clone)]
+pub struct SampleSink(Arc<dyn Fn(&TelemetrySample) + Send + Sync>);
+
+impl SampleSink {
+    pub fn new(sink: impl Fn(&TelemetrySample) + Send + Sync + 'static) -> SampleSink {
+        SampleSink(Arc::new(sink))
+    }
+}
+
+impl std::fmt::Debug for SampleSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SampleSink")
+    }
+}
 
 /// How often a run is sampled unless told otherwise.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
@@ -44,6 +61,8 @@ pub struct RecorderConfig {
     pub csv_path: Option<PathBuf>,
     pub interval: Duration,
     pub sources: Sources,
+    /// Also hands every sample to this, as it is taken.
+    pub sink: Option<SampleSink>,
 }
 
 /// What one stage's samples came to.
@@ -235,6 +254,9 @@ fn sample_loop(config: &RecorderConfig, state: &Mutex<State>, commands: &Receive
                     lock(state).csv_finding = Some(format!("telemetry not written: {e}"));
                     csv = None;
                 }
+            }
+            if let Some(sink) = &config.sink {
+                (sink.0)(&sample);
             }
             let mut state = lock(state);
             // A stage that ended while this sample was taken does not get it.

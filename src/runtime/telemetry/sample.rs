@@ -2,12 +2,12 @@
 
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{hwmon, nvml};
 
 /// One temperature sensor of a GPU.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Temperature {
     /// `edge`, `junction`, `mem` (hwmon labels) or `gpu` (NVML).
     pub label: String,
@@ -28,7 +28,7 @@ impl Temperature {
 pub type Throttling = Option<Vec<ThrottleReason>>;
 
 /// One reason a GPU reports for holding its clocks down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ThrottleReason {
     Idle,
@@ -89,7 +89,7 @@ impl ThrottleReason {
 }
 
 /// What one GPU reported at one moment; `None` for anything it did not say.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GpuSample {
     /// Position among the GPUs of its source (PCI order for hwmon, NVML's index).
     pub index: u32,
@@ -127,7 +127,7 @@ impl GpuSample {
 }
 
 /// Every source read at one moment.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TelemetrySample {
     /// Seconds since sampling began.
     pub t_s: f64,
