@@ -331,3 +331,24 @@ fn a_failing_bucket_all_reduce_ends_the_step_with_an_error_naming_it() {
         assert_eq!(err.replica(), Some(1), "{text}");
     }
 }
+
+#[test]
+fn a_cancel_on_one_replica_cancels_the_bucketed_step_on_all_and_the_next_step_runs() {
+    let mut dp = group(3, ring(3), Some(256));
+    let before = weights(&mut dp);
+    let asked = AtomicUsize::new(0);
+    // Only the first replica to ask sees the cancel; its backward never runs, so its
+    // gradients go to the all-reduce as they are.
+    let cancel_once = || asked.fetch_add(1, Ordering::SeqCst) == 0;
+    let outcome = dp.train_step(&batch(6, 4), LR, 1.0, &cancel_once).unwrap();
+    assert!(matches!(outcome, StepOutcome::Cancelled), "{outcome:?}");
+    let after = weights(&mut dp);
+    for r in 0..3 {
+        assert_eq!(bits(&after[r]), bits(&before[r]), "replica {r}");
+    }
+    // Every gradient buffer is back in its model: the group steps on, in lockstep.
+    let stepped = train(&mut dp, 1, 2);
+    assert_ne!(bits(&stepped[0]), bits(&before[0]));
+    assert_eq!(bits(&stepped[0]), bits(&stepped[1]));
+    assert_eq!(bits(&stepped[0]), bits(&stepped[2]));
+}

@@ -5,8 +5,33 @@
 
 use std::ops::Range;
 
+use super::error::ParallelError;
+
 /// PyTorch DDP's default `bucket_cap_mb`.
 pub const DEFAULT_BUCKET_BYTES: usize = 25 * 1024 * 1024;
+
+/// Names the bucket size in MiB for data-parallel training; unset, empty or 0 keeps the
+/// single all-reduce after the backward (the default: on CPU replicas the buckets measured
+/// slower, and on GPUs they are not measured yet).
+pub const BUCKET_ENV: &str = "TINYPERF_GRAD_BUCKET_MB";
+
+/// The bucket size [`BUCKET_ENV`] asks for.
+pub fn bucket_bytes_from_env() -> Result<Option<usize>, ParallelError> {
+    parse_bucket_mb(std::env::var(BUCKET_ENV).ok().as_deref())
+}
+
+fn parse_bucket_mb(value: Option<&str>) -> Result<Option<usize>, ParallelError> {
+    let Some(text) = value.map(str::trim).filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    match text.parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        Ok(mb) if mb > 0.0 && mb <= 4096.0 => Ok(Some((mb * 1024.0 * 1024.0) as usize)),
+        _ => Err(ParallelError::Setup {
+            reason: format!("{BUCKET_ENV}={text}: not a size in MiB between 0 and 4096"),
+        }),
+    }
+}
 
 /// The buckets of one model, in the order they are all-reduced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +128,22 @@ mod tests {
         let one = BucketPlan::new(&lens, usize::MAX);
         assert_eq!((one.buckets().len(), one.buckets()[0].clone()), (1, 0..3));
         assert!(BucketPlan::new(&[], 100).buckets().is_empty());
+    }
+
+    #[test]
+    fn the_bucket_size_setting_is_off_unless_a_positive_size_is_given() {
+        assert_eq!(parse_bucket_mb(None).unwrap(), None);
+        assert_eq!(parse_bucket_mb(Some(" ")).unwrap(), None);
+        assert_eq!(parse_bucket_mb(Some("0")).unwrap(), None);
+        assert_eq!(
+            parse_bucket_mb(Some("25")).unwrap(),
+            Some(DEFAULT_BUCKET_BYTES)
+        );
+        assert_eq!(parse_bucket_mb(Some("0.5")).unwrap(), Some(512 * 1024));
+        for bad in ["-1", "many", "1e9"] {
+            let e = parse_bucket_mb(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains(BUCKET_ENV) && e.contains(bad), "{e}");
+        }
     }
 
     #[test]

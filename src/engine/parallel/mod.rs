@@ -23,7 +23,7 @@ pub mod shard;
 pub mod throughput;
 
 pub use bandwidth::{measure_all_reduce_bandwidth, BandwidthReport};
-pub use buckets::{BucketPlan, DEFAULT_BUCKET_BYTES};
+pub use buckets::{bucket_bytes_from_env, BucketPlan, BUCKET_ENV, DEFAULT_BUCKET_BYTES};
 pub use collective::{AbortOnPanic, AllReduce};
 pub use data_parallel::{DataParallel, Replica};
 pub use error::ParallelError;
