@@ -176,3 +176,58 @@ fn the_dry_run_prints_every_command_with_its_timeout_and_runs_nothing() {
     let written = fs::read_dir(&out_dir).map(|d| d.count()).unwrap_or(0);
     assert_eq!(written, 0, "a dry run writes nothing");
 }
+
+fn floors(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+        .args(["gpu", "floors"])
+        .args(args)
+        .output()
+        .expect("tinyperf runs")
+}
+
+#[test]
+fn gpu_floors_counts_resnet50_without_a_gpu() {
+    let out = floors(&["--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(c["parameters"], 25_557_032);
+    assert_eq!(c["forward_macs_per_image"], 4_089_184_256u64);
+    assert_eq!(
+        (c["batch"].as_u64(), c["image_size"].as_u64()),
+        (Some(256), Some(224))
+    );
+    assert_eq!(c["precision"], "fp16");
+    assert_eq!(c["categories"].as_array().unwrap().len(), 10);
+    let devices: Vec<&str> = c["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["gpu"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(devices, ["H200 SXM", "RTX 4090", "RX 7900 XTX"]);
+    assert!(c["floor_bytes"].as_u64() < c["today_bytes"].as_u64());
+
+    let f32: serde_json::Value = serde_json::from_slice(
+        &floors(&["--json", "--precision", "fp32", "--batch", "256"]).stdout,
+    )
+    .unwrap();
+    let ratio = f32["floor_bytes"].as_f64().unwrap() / c["floor_bytes"].as_f64().unwrap();
+    assert!((1.8..2.0).contains(&ratio), "{ratio}");
+
+    let table = String::from_utf8(floors(&[]).stdout).unwrap();
+    assert!(
+        table.contains("BN partial sums") && table.contains("RX 7900 XTX"),
+        "{table}"
+    );
+    let bad = floors(&["--precision", "fp8"]);
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
