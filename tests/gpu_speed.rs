@@ -231,3 +231,29 @@ fn gpu_floors_counts_resnet50_without_a_gpu() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+#[test]
+fn gpu_check_refuses_a_bad_throughput_precision_or_mode_before_looking_for_a_gpu() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+            .args(["gpu", "check"])
+            .args(args)
+            .output()
+            .expect("tinyperf runs")
+    };
+    let bad = run(&["--throughput-only", "--precision", "fp8"]);
+    assert_eq!(
+        bad.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--precision"));
+    let both = run(&["--throughput-only", "--quick"]);
+    assert_eq!(
+        both.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+}

@@ -84,6 +84,7 @@ struct ThroughputFigure {
 
 fn check(args: &GpuCheckArgs) -> anyhow::Result<i32> {
     let kind: BackendKind = args.backend.parse().map_err(UsageError)?;
+    let precisions = throughput_precisions(args)?;
     if kind == BackendKind::Cpu {
         return Err(UsageError("gpu check needs a GPU backend: auto, cuda or hip".into()).into());
     }
@@ -117,7 +118,6 @@ fn check(args: &GpuCheckArgs) -> anyhow::Result<i32> {
         "tinyperf gpu check: {} runtime, {count} device(s)",
         runtime.name()
     );
-    let precisions = throughput_precisions(args)?;
     let cache = KernelCache::from_environment();
     if let Some(dir) = cache.dir() {
         println!("kernel cache: {}", dir.display());
