@@ -41,13 +41,19 @@ fn group(bucket_bytes: Option<usize>) -> DataParallel<CpuBackend, ResNet<CpuBack
     dp
 }
 
-fn median_step_ms(dp: &mut DataParallel<CpuBackend, ResNet<CpuBackend>>) -> f64 {
+/// Global batch and timed steps per round.
+struct Size {
+    batch: usize,
+    steps: usize,
+}
+
+fn median_step_ms(dp: &mut DataParallel<CpuBackend, ResNet<CpuBackend>>, size: &Size) -> f64 {
     let report = measure_data_parallel_throughput(
         dp,
-        GLOBAL_BATCH,
+        size.batch,
         IMAGE,
         1,
-        5,
+        size.steps,
         0.1,
         &|| false,
         &mut |_, _, _| {},
@@ -58,9 +64,29 @@ fn median_step_ms(dp: &mut DataParallel<CpuBackend, ResNet<CpuBackend>>) -> f64 
 }
 
 fn main() {
-    let rounds = std::env::args()
-        .find_map(|a| a.strip_prefix("ROUNDS=").and_then(|n| n.parse().ok()))
-        .unwrap_or(3);
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without
+    // it, and then one short round only checks that every configuration steps.
+    let measuring = std::env::args().any(|a| a == "--bench");
+    let (rounds, size) = if measuring {
+        let rounds = std::env::args()
+            .find_map(|a| a.strip_prefix("ROUNDS=").and_then(|n| n.parse().ok()))
+            .unwrap_or(3);
+        (
+            rounds,
+            Size {
+                batch: GLOBAL_BATCH,
+                steps: 5,
+            },
+        )
+    } else {
+        (
+            1,
+            Size {
+                batch: 2 * REPLICAS,
+                steps: 1,
+            },
+        )
+    };
     // ResNet-20 holds 1.1 MB of gradients: 256 KiB buckets give several per step.
     let configs: [(&str, Option<usize>); 3] = [
         ("one all-reduce after the backward", None),
@@ -71,11 +97,12 @@ fn main() {
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
     for _ in 0..rounds {
         for (i, dp) in groups.iter_mut().enumerate() {
-            times[i].push(median_step_ms(dp));
+            times[i].push(median_step_ms(dp, &size));
         }
     }
     println!(
-        "ResNet-20, {REPLICAS} CPU replicas, global batch {GLOBAL_BATCH} at {IMAGE}², host ring; median step per round:"
+        "ResNet-20, {REPLICAS} CPU replicas, global batch {} at {IMAGE}², host ring; median step per round:",
+        size.batch
     );
     for ((name, _), t) in configs.iter().zip(&times) {
         let mut sorted = t.clone();
