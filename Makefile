@@ -14,7 +14,7 @@ DEBUG_BIN := target/debug/tinyperf
 TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
 	libamdhip64-5 libhiprtc-builtins5
 
-.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-agent bench-venv gpu-check install image image-rootfs images image-test image-test-all clean
+.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-agent bench-venv gpu-check gpu-speed install image image-rootfs images image-test image-test-all clean
 
 all: build
 
@@ -72,6 +72,13 @@ lint: build
 ## backend, GEMM TFLOPS, ResNet-50 throughput, and PyTorch's figures when it is installed.
 gpu-check: release
 	scripts/gpu-check.sh $(RELEASE_BIN) out/gpu-check
+
+## One call on a machine with a GPU: the 16-bit correctness check, then ResNet-50 training
+## img/s in f32, fp16, bf16 and each convolution, graph and fused-BN switch, beside PyTorch
+## AMP on the same GPU, each under its own timeout; a table last (out/gpu-speed/).
+## Builds offline from cargo's cache when it can; BIN=path uses a built binary.
+gpu-speed:
+	scripts/gpu-speed.sh out/gpu-speed
 
 BENCH_VENV ?= .venv-bench
 bench: release bench-venv bench-agent

@@ -101,6 +101,26 @@ pub enum GpuCommand {
     /// Compile the kernels with this machine's NVRTC or hiprtc for the given GPU
     /// architectures, no GPU needed, and check the image holds every kernel.
     Compile(GpuCompileArgs),
+    /// FLOPs and device-memory bytes of one ResNet-50 training step (today's kernel
+    /// sequence and the fused floor), and the time floors they give on each target GPU.
+    /// Counted from the model's layers; needs no GPU.
+    Floors(GpuFloorsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GpuFloorsArgs {
+    /// Images per step (per GPU).
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Side of the square training images.
+    #[arg(long, default_value_t = 224)]
+    pub size: usize,
+    /// Activation storage: `fp32`, `fp16` or `bf16`.
+    #[arg(long, default_value = "fp16")]
+    pub precision: String,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -140,6 +160,14 @@ pub struct GpuCheckArgs {
     /// Skip the throughput measurements (correctness checks only).
     #[arg(long)]
     pub quick: bool,
+    /// Only ResNet-50 training throughput, in each `--precision` (no correctness checks,
+    /// GEMM or all-reduce figures): for timing one configuration at a time.
+    #[arg(long, conflicts_with_all = ["quick", "profile"])]
+    pub throughput_only: bool,
+    /// Activation storage of the throughput measurement, repeatable: `fp32`, `fp16`,
+    /// `bf16` (default: fp32 and fp16).
+    #[arg(long = "precision", value_name = "PRECISION")]
+    pub precisions: Vec<String>,
     /// Also time every kernel and GEMM of one training step (synchronising per launch).
     #[arg(long)]
     pub profile: bool,

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::args::{GpuCheckArgs, GpuCommand};
 use super::gpu_compile;
+use super::gpu_floors;
 use super::UsageError;
 use crate::engine::backend::crosscheck::{
     self, OpComparison, StepShape, StepTolerances, Tolerances, SIXTEEN_BIT_STEP,
@@ -35,6 +36,7 @@ pub fn main(command: &GpuCommand) -> anyhow::Result<i32> {
     match command {
         GpuCommand::Check(args) => check(args),
         GpuCommand::Compile(args) => gpu_compile::compile(args),
+        GpuCommand::Floors(args) => gpu_floors::floors(args),
     }
 }
 
@@ -82,6 +84,7 @@ struct ThroughputFigure {
 
 fn check(args: &GpuCheckArgs) -> anyhow::Result<i32> {
     let kind: BackendKind = args.backend.parse().map_err(UsageError)?;
+    let precisions = throughput_precisions(args)?;
     if kind == BackendKind::Cpu {
         return Err(UsageError("gpu check needs a GPU backend: auto, cuda or hip".into()).into());
     }
@@ -122,7 +125,11 @@ fn check(args: &GpuCheckArgs) -> anyhow::Result<i32> {
     let cpu = CpuBackend::new();
     let mut reports = Vec::new();
     for ordinal in devices {
-        reports.push(check_device(args, runtime, ordinal, &cache, &cpu));
+        reports.push(if args.throughput_only {
+            throughput_only(args, &precisions, runtime, ordinal, &cache)
+        } else {
+            check_device(args, &precisions, runtime, ordinal, &cache, &cpu)
+        });
     }
     if let Some(path) = &args.json_out {
         let json = serde_json::to_vec_pretty(&reports)?;
@@ -157,8 +164,102 @@ fn strict_driver(
     }
 }
 
+/// The `--precision` list, f32 and fp16 when none is given.
+fn throughput_precisions(args: &GpuCheckArgs) -> anyhow::Result<Vec<Precision>> {
+    if args.precisions.is_empty() {
+        return Ok(vec![Precision::Fp32, Precision::Fp16]);
+    }
+    let mut out = Vec::new();
+    for name in &args.precisions {
+        let p: Precision = name
+            .parse()
+            .map_err(|e| UsageError(format!("--precision: {e}")))?;
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}
+
+/// A report with only the training throughput in each precision.
+fn throughput_only(
+    args: &GpuCheckArgs,
+    precisions: &[Precision],
+    runtime: GpuRuntime,
+    ordinal: usize,
+    cache: &KernelCache,
+) -> DeviceReport {
+    let started = Instant::now();
+    let mut errors = Vec::new();
+    let mut throughput = Vec::new();
+    let mut info = DeviceInfo {
+        ordinal,
+        name: "unknown".into(),
+        arch: "unknown".into(),
+        pci_address: None,
+        memory_bytes: 0,
+        multiprocessors: 0,
+    };
+    match runtime.open(ordinal, cache) {
+        Ok(fast) => {
+            info = fast.info().clone();
+            println!(
+                "\ndevice {ordinal}: {} ({}); convolutions: {}",
+                info.name,
+                info.arch,
+                fast.dnn_library()
+                    .unwrap_or_else(|| "im2col + BLAS".to_string())
+            );
+            let backend = GpuBackend::new(fast);
+            for &precision in precisions {
+                match train_throughput(&backend.with_precision(precision), args) {
+                    Ok(t) => {
+                        print_throughput(&t);
+                        throughput.push(t);
+                    }
+                    Err(e) => errors.push(format!("training throughput ({precision}): {e}")),
+                }
+            }
+        }
+        Err(e) => errors.push(format!("open: {e}")),
+    }
+    for e in &errors {
+        println!("  ERROR {e}");
+    }
+    let _ = std::io::stdout().flush();
+    DeviceReport {
+        device: info,
+        kernel_setup_s: started.elapsed().as_secs_f64(),
+        ops: vec![],
+        training_step: vec![],
+        ops_16_bit: vec![],
+        training_steps_16_bit: vec![],
+        matmul: vec![],
+        passed: errors.is_empty() && !throughput.is_empty(),
+        throughput,
+        profile: vec![],
+        all_reduce: None,
+        errors,
+    }
+}
+
+fn print_throughput(t: &ThroughputFigure) {
+    println!(
+        "\nResNet-50 training, batch {} at {}² ({}): {:.0} img/s, median step {:.1} ms, \
+         peak device memory {:.1} GiB in use ({:.1} GiB held)",
+        t.batch,
+        t.image_size,
+        t.precision,
+        t.img_per_s,
+        t.step_ms_median,
+        t.peak_memory_in_use_gib,
+        t.peak_memory_reserved_gib
+    );
+}
+
 fn check_device(
     args: &GpuCheckArgs,
+    precisions: &[Precision],
     runtime: GpuRuntime,
     ordinal: usize,
     cache: &KernelCache,
@@ -286,20 +387,10 @@ fn check_device(
                 }
                 drop(strict);
                 let backend = GpuBackend::new(fast);
-                for precision in [Precision::Fp32, Precision::Fp16] {
+                for &precision in precisions {
                     match train_throughput(&backend.with_precision(precision), args) {
                         Ok(t) => {
-                            println!(
-                                "\nResNet-50 training, batch {} at {}² ({}): {:.0} img/s, median step {:.1} ms, \
-                                 peak device memory {:.1} GiB in use ({:.1} GiB held)",
-                                t.batch,
-                                t.image_size,
-                                t.precision,
-                                t.img_per_s,
-                                t.step_ms_median,
-                                t.peak_memory_in_use_gib,
-                                t.peak_memory_reserved_gib
-                            );
+                            print_throughput(&t);
                             throughput.push(t);
                         }
                         Err(e) => errors.push(format!("training throughput ({precision}): {e}")),

@@ -5,6 +5,7 @@ pub mod client;
 pub mod dataset;
 pub mod gpu;
 mod gpu_compile;
+mod gpu_floors;
 pub mod mlperf;
 
 /// A mistake in how tinyperf was called, reported with exit status 2.

@@ -7,6 +7,7 @@
 //! without host round-trips.
 
 pub mod backend;
+pub mod cost;
 pub mod data;
 #[cfg(test)]
 pub mod gradcheck;

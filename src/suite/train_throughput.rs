@@ -13,7 +13,9 @@ use crate::engine::backend::half_storage::HalfStorageCpu;
 use crate::engine::layers::cross_entropy::RESNET_LABEL_SMOOTHING;
 use crate::engine::layers::SoftmaxCrossEntropy;
 use crate::engine::optim::LarsConfig;
-use crate::engine::parallel::{measure_data_parallel_throughput, DataParallel, Replica};
+use crate::engine::parallel::{
+    bucket_bytes_from_env, measure_data_parallel_throughput, DataParallel, Replica,
+};
 use crate::engine::recipe::Recipe;
 use crate::engine::train::{
     measure_train_throughput, DeviceOptimizer, ModelChoice, ThroughputReport,
@@ -450,6 +452,7 @@ fn measure_on_all(
         label_smoothing: RESNET_LABEL_SMOOTHING,
     };
     let mut dp = DataParallel::new(replicas, collective, loss_fn).map_err(|e| e.to_string())?;
+    dp.set_gradient_buckets(bucket_bytes_from_env().map_err(|e| e.to_string())?);
     let cancel = ctx.cancel;
     let global = batch * devices;
     let measured = measure_data_parallel_throughput(

@@ -3,6 +3,8 @@
 
 pub mod resnet;
 
+use std::ops::Range;
+
 use super::backend::Backend;
 use super::layers::ParamMut;
 use super::{Result, Tensor};
@@ -30,4 +32,24 @@ pub trait Model<B: Backend>: Send {
 
     /// Every learned parameter, in a fixed order.
     fn parameters(&mut self) -> Vec<NamedParam<'_, B>>;
+
+    /// [`Model::backward`], calling `ready` each time some parameters' gradients are
+    /// final, so their all-reduce can start while the rest of the backward runs. Each call
+    /// names a range of [`Model::parameters`] indices with exactly those gradients; every
+    /// parameter is named once. This default reports them all at the end.
+    fn backward_notifying(
+        &mut self,
+        backend: &B,
+        dlogits: &Tensor<B>,
+        ready: &mut GradientsReady<'_, B>,
+    ) -> Result<()> {
+        self.backward(backend, dlogits)?;
+        let mut params = self.parameters();
+        let all = 0..params.len();
+        ready(all, params.iter_mut().map(|p| &mut *p.param.grad).collect())
+    }
 }
+
+/// The callback of [`Model::backward_notifying`]: parameter indices and their gradients.
+pub type GradientsReady<'a, B> =
+    dyn FnMut(Range<usize>, Vec<&mut <B as Backend>::Buffer>) -> Result<()> + 'a;

@@ -12,7 +12,7 @@ pub mod throughput;
 
 pub use block::{Block, ConvBn};
 
-use super::{Model, NamedParam};
+use super::{GradientsReady, Model, NamedParam};
 use crate::engine::backend::Backend;
 use crate::engine::init;
 use crate::engine::layers::{
@@ -431,6 +431,105 @@ impl<B: Backend> ResNet<B> {
     }
 }
 
+impl<B: Backend> ResNet<B> {
+    /// Parameters per module: a conv has one, a BN and the classifier two.
+    fn block_param_count(block: &Block<B>) -> usize {
+        3 * (block.units.len() + usize::from(block.downsample.is_some()))
+    }
+
+    /// The same pass as [`Model::backward`], telling `ready` about the classifier, each
+    /// block from the last, and the stem as their gradients become final.
+    fn backward_in_order(
+        &mut self,
+        backend: &B,
+        dlogits: &Tensor<B>,
+        mut ready: Option<&mut GradientsReady<'_, B>>,
+    ) -> Result<()> {
+        let saved = self.saved.take().ok_or(missing("resnet backward"))?;
+        let Saved {
+            images,
+            stem_conv_out,
+            stem_relu_out,
+            mut block_io,
+            pooled,
+        } = saved;
+        let dpooled = self
+            .fc
+            .backward(backend, &pooled, dlogits, true)?
+            .ok_or(missing("resnet backward (classifier input gradient)"))?;
+        drop(pooled);
+        let stem_params = 3;
+        let mut end = stem_params
+            + self
+                .blocks
+                .iter()
+                .map(|nb| Self::block_param_count(&nb.block))
+                .sum::<usize>();
+        if let Some(ready) = ready.as_mut() {
+            let grads = self.fc.parameters().into_iter().map(|p| p.grad).collect();
+            ready(end..end + 2, grads)?;
+        }
+        let mut out = block_io.pop().ok_or(missing("resnet backward (output)"))?;
+        let mut grad = GlobalAvgPool::backward(backend, out.nhwc("resnet backward")?, &dpooled)?;
+        drop(dpooled);
+        for nb in self.blocks.iter_mut().rev() {
+            let input = block_io
+                .last()
+                .ok_or(missing("resnet backward (block input)"))?;
+            grad = nb.block.backward(backend, input, &out, grad)?;
+            out = block_io
+                .pop()
+                .ok_or(missing("resnet backward (block input)"))?;
+            let count = Self::block_param_count(&nb.block);
+            if let Some(ready) = ready.as_mut() {
+                ready(end - count..end, block_grads(&mut nb.block))?;
+            }
+            end -= count;
+        }
+        match (&self.stem_pool, stem_relu_out) {
+            (Some(pool), Some(relu_out)) => {
+                let g = pool.backward(backend, &relu_out, &grad)?;
+                drop((grad, out));
+                self.stem
+                    .backward_relu(backend, &images, stem_conv_out, &relu_out, g)?;
+            }
+            (None, None) => {
+                self.stem
+                    .backward_relu(backend, &images, stem_conv_out, &out, grad)?;
+            }
+            _ => return Err(missing("resnet backward (stem)")),
+        };
+        if let Some(ready) = ready.as_mut() {
+            let grads = self
+                .stem
+                .conv
+                .parameters()
+                .into_iter()
+                .chain(self.stem.bn.parameters())
+                .map(|p| p.grad)
+                .collect();
+            ready(0..stem_params, grads)?;
+        }
+        Ok(())
+    }
+}
+
+/// A block's gradients in `parameters()` order: each unit's conv and BN, then the
+/// projection's.
+fn block_grads<B: Backend>(block: &mut Block<B>) -> Vec<&mut B::Buffer> {
+    let mut out = Vec::new();
+    for unit in block.units.iter_mut().chain(block.downsample.iter_mut()) {
+        out.extend(
+            unit.conv
+                .parameters()
+                .into_iter()
+                .chain(unit.bn.parameters())
+                .map(|p| p.grad),
+        );
+    }
+    out
+}
+
 impl<B: Backend> Model<B> for ResNet<B> {
     fn classes(&self) -> usize {
         self.config.classes
@@ -472,45 +571,16 @@ impl<B: Backend> Model<B> for ResNet<B> {
     }
 
     fn backward(&mut self, backend: &B, dlogits: &Tensor<B>) -> Result<()> {
-        let saved = self.saved.take().ok_or(missing("resnet backward"))?;
-        let Saved {
-            images,
-            stem_conv_out,
-            stem_relu_out,
-            mut block_io,
-            pooled,
-        } = saved;
-        let dpooled = self
-            .fc
-            .backward(backend, &pooled, dlogits, true)?
-            .ok_or(missing("resnet backward (classifier input gradient)"))?;
-        drop(pooled);
-        let mut out = block_io.pop().ok_or(missing("resnet backward (output)"))?;
-        let mut grad = GlobalAvgPool::backward(backend, out.nhwc("resnet backward")?, &dpooled)?;
-        drop(dpooled);
-        for nb in self.blocks.iter_mut().rev() {
-            let input = block_io
-                .last()
-                .ok_or(missing("resnet backward (block input)"))?;
-            grad = nb.block.backward(backend, input, &out, grad)?;
-            out = block_io
-                .pop()
-                .ok_or(missing("resnet backward (block input)"))?;
-        }
-        match (&self.stem_pool, stem_relu_out) {
-            (Some(pool), Some(relu_out)) => {
-                let g = pool.backward(backend, &relu_out, &grad)?;
-                drop((grad, out));
-                self.stem
-                    .backward_relu(backend, &images, stem_conv_out, &relu_out, g)?;
-            }
-            (None, None) => {
-                self.stem
-                    .backward_relu(backend, &images, stem_conv_out, &out, grad)?;
-            }
-            _ => return Err(missing("resnet backward (stem)")),
-        };
-        Ok(())
+        self.backward_in_order(backend, dlogits, None)
+    }
+
+    fn backward_notifying(
+        &mut self,
+        backend: &B,
+        dlogits: &Tensor<B>,
+        ready: &mut GradientsReady<'_, B>,
+    ) -> Result<()> {
+        self.backward_in_order(backend, dlogits, Some(ready))
     }
 
     fn parameters(&mut self) -> Vec<NamedParam<'_, B>> {

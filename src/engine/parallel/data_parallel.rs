@@ -17,12 +17,13 @@ use crate::engine::data::Batch;
 use crate::engine::layers::SoftmaxCrossEntropy;
 use crate::engine::model::Model;
 use crate::engine::train::{
-    compute_gradients, DeviceBatch, DeviceOptimizer, GradientOutcome, StepOutcome, StepResult,
-    UpdateOutcome,
+    compute_gradients, compute_gradients_notifying, DeviceBatch, DeviceOptimizer, GradientOutcome,
+    StepOutcome, StepResult, UpdateOutcome,
 };
 
 use super::collective::AllReduce;
 use super::error::ParallelError;
+use super::overlap::GradientBuckets;
 use super::per_rank::run_per_rank;
 use super::shard::split_batch;
 
@@ -39,6 +40,8 @@ pub struct DataParallel<B: Backend, M> {
     devices: Vec<String>,
     collective: Box<dyn AllReduce<B>>,
     loss_fn: SoftmaxCrossEntropy,
+    /// Per replica, when the all-reduce runs bucket by bucket during the backward.
+    buckets: Option<Vec<GradientBuckets<B>>>,
 }
 
 /// Positions of the status flags appended to each step's all-reduce.
@@ -85,7 +88,29 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
             devices,
             collective,
             loss_fn,
+            buckets: None,
         })
+    }
+
+    /// All-reduces the gradients in buckets of at least `bucket_bytes`, each started on
+    /// a communication thread as soon as the backward has finished it (`Some`), or all at
+    /// once after the backward (`None`, the default). Every rank still ends with
+    /// bit-identical sums. Against the single all-reduce they are bit-identical on two
+    /// ranks; on more, a ring sums an element in an order that depends on where it falls in
+    /// the call's buffers, so the sums can differ in the last bits.
+    pub fn set_gradient_buckets(&mut self, bucket_bytes: Option<usize>) {
+        self.buckets = bucket_bytes.map(|bytes| {
+            (0..self.replicas.len())
+                .map(|_| GradientBuckets::new(bytes))
+                .collect()
+        });
+    }
+
+    /// The bucket size when the all-reduce overlaps the backward.
+    pub fn gradient_bucket_bytes(&self) -> Option<usize> {
+        self.buckets
+            .as_ref()
+            .and_then(|b| b.first().map(GradientBuckets::bucket_bytes))
     }
 
     pub fn replicas(&self) -> &[Replica<B, M>] {
@@ -183,13 +208,46 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
         }
         let collective = self.collective.as_ref();
         let loss_fn = &self.loss_fn;
-        let steps = run_per_rank(collective, &mut self.replicas, &self.devices, |r, rep| {
-            let weight = (shards[r].valid as f64 / valid_total as f64) as f32;
-            let scaling = Scaling { weight, loss_scale };
-            replica_step(
-                r, rep, collective, loss_fn, &shards[r], scaling, lr, cancelled,
-            )
-        })?;
+        let scaling = |r: usize| Scaling {
+            weight: (shards[r].valid as f64 / valid_total as f64) as f32,
+            loss_scale,
+        };
+        let steps = match &mut self.buckets {
+            None => run_per_rank(collective, &mut self.replicas, &self.devices, |r, rep| {
+                replica_step(
+                    r,
+                    rep,
+                    collective,
+                    loss_fn,
+                    &shards[r],
+                    scaling(r),
+                    lr,
+                    cancelled,
+                )
+            })?,
+            Some(buckets) => {
+                let mut states: Vec<(&mut Replica<B, M>, &mut GradientBuckets<B>)> =
+                    self.replicas.iter_mut().zip(buckets.iter_mut()).collect();
+                run_per_rank(
+                    collective,
+                    &mut states,
+                    &self.devices,
+                    |r, (rep, buckets)| {
+                        bucketed_replica_step(
+                            r,
+                            rep,
+                            buckets,
+                            collective,
+                            loss_fn,
+                            &shards[r],
+                            scaling(r),
+                            lr,
+                            cancelled,
+                        )
+                    },
+                )?
+            }
+        };
         Ok(combine(&steps))
     }
 }
@@ -255,12 +313,105 @@ fn replica_step<B: Backend, M: Model<B>>(
     }
     backend.download(&flags_buf, &mut flags)?;
 
+    decide(
+        backend,
+        optimizer,
+        &mut params,
+        &flags,
+        lr,
+        loss_scale,
+        result,
+    )
+}
+
+/// The step as [`replica_step`] makes it, with the gradients all-reduced bucket by bucket
+/// during the backward and the flags reduced after the last bucket.
+#[allow(clippy::too_many_arguments)]
+fn bucketed_replica_step<B: Backend, M: Model<B>>(
+    rank: usize,
+    replica: &mut Replica<B, M>,
+    buckets: &mut GradientBuckets<B>,
+    collective: &dyn AllReduce<B>,
+    loss_fn: &SoftmaxCrossEntropy,
+    batch: &DeviceBatch<B>,
+    scaling: Scaling,
+    lr: f32,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> Result<ReplicaStep, ParallelError> {
+    let Scaling { weight, loss_scale } = scaling;
+    let Replica {
+        backend,
+        model,
+        optimizer,
+    } = replica;
+    let backend = &*backend;
+    let local_flags = |outcome: &Option<GradientOutcome>| {
+        let mut flags = [0.0f32; FLAGS];
+        match outcome {
+            Some(GradientOutcome::NonFiniteLoss(_)) => flags[FLAG_NON_FINITE] = 1.0,
+            Some(GradientOutcome::Cancelled) => flags[FLAG_CANCELLED] = 1.0,
+            Some(GradientOutcome::Computed(_)) => {}
+            None if cancelled() => flags[FLAG_CANCELLED] = 1.0,
+            None => {}
+        }
+        flags
+    };
+    let (outcome, flags_buf) = buckets.reduce_during_backward(
+        rank,
+        backend,
+        collective,
+        &mut *model,
+        weight,
+        |outcome| backend.upload(&local_flags(outcome)),
+        |model, ready| {
+            if batch.valid == 0 {
+                // Nothing to learn from, but the replica still takes its part in every
+                // all-reduce: its zeroed gradients go as they are.
+                for p in model.parameters().iter_mut() {
+                    backend.fill(p.param.grad, 0.0)?;
+                }
+                return Ok(None);
+            }
+            compute_gradients_notifying(
+                backend, model, loss_fn, batch, loss_scale, cancelled, ready,
+            )
+            .map(Some)
+        },
+    )?;
+    let result = match outcome {
+        Some(GradientOutcome::Computed(r)) | Some(GradientOutcome::NonFiniteLoss(r)) => Some(r),
+        _ => None,
+    };
+    let mut flags = [0.0f32; FLAGS];
+    backend.download(&flags_buf, &mut flags)?;
+    let mut params = model.parameters();
+    decide(
+        backend,
+        optimizer,
+        &mut params,
+        &flags,
+        lr,
+        loss_scale,
+        result,
+    )
+}
+
+/// The step's decision from the all-reduced flags, and the update when there is one.
+fn decide<B: Backend>(
+    backend: &B,
+    optimizer: &mut DeviceOptimizer<B>,
+    params: &mut [crate::engine::model::NamedParam<'_, B>],
+    flags: &[f32; FLAGS],
+    lr: f32,
+    loss_scale: f32,
+    result: Option<StepResult>,
+) -> Result<ReplicaStep, ParallelError> {
     let decision = if flags[FLAG_CANCELLED] > 0.0 {
         Decision::Cancelled
     } else if flags[FLAG_NON_FINITE] > 0.0 {
         Decision::NonFiniteLoss
     } else {
-        match optimizer.step(backend, &mut params, lr, loss_scale)? {
+        match optimizer.step(backend, params, lr, loss_scale)? {
             UpdateOutcome::Applied => Decision::Updated,
             UpdateOutcome::NonFiniteGradients => Decision::NonFiniteGradients,
         }

@@ -11,7 +11,9 @@ use crate::engine::data::Batch;
 use crate::engine::layers::SoftmaxCrossEntropy;
 use crate::engine::mllog::MlLog;
 use crate::engine::model::Model;
-use crate::engine::parallel::{AllReduce, DataParallel, ParallelError, Replica};
+use crate::engine::parallel::{
+    bucket_bytes_from_env, AllReduce, DataParallel, ParallelError, Replica,
+};
 use crate::engine::recipe::Recipe;
 
 use super::optimizer::DeviceOptimizer;
@@ -28,7 +30,9 @@ const CANCEL_POLL: Duration = Duration::from_millis(10);
 /// A data-parallel group for `recipe`: one replica per backend, rank `r` on
 /// `backends[r]`, each with the model `build` makes there and the recipe's optimizer, and
 /// the recipe's loss. `build` must give every replica the same initial weights (build
-/// each from the same seed).
+/// each from the same seed). The gradient all-reduce runs in buckets during the backward
+/// when `TINYPERF_GRAD_BUCKET_MB` names a size (see
+/// [`bucket_bytes_from_env`]).
 pub fn data_parallel_for<B, M, E>(
     recipe: &Recipe,
     backends: Vec<B>,
@@ -53,7 +57,9 @@ where
             optimizer: DeviceOptimizer::new(recipe.lars_config()),
         });
     }
-    DataParallel::new(replicas, collective, recipe_loss(recipe))
+    let mut dp = DataParallel::new(replicas, collective, recipe_loss(recipe))?;
+    dp.set_gradient_buckets(bucket_bytes_from_env()?);
+    Ok(dp)
 }
 
 /// Trains the replicas of `dp` by `recipe`, as [`train`](super::train) trains one model:

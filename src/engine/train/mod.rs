@@ -15,7 +15,8 @@ pub use loss_scale::{LossScaler, LossScaling, OverflowVerdict};
 pub use models::ModelChoice;
 pub use optimizer::{DeviceOptimizer, UpdateOutcome};
 pub use step::{
-    compute_gradients, eval_step, train_step, DeviceBatch, GradientOutcome, StepOutcome, StepResult,
+    compute_gradients, compute_gradients_notifying, eval_step, train_step, DeviceBatch,
+    GradientOutcome, StepOutcome, StepResult,
 };
 pub use throughput::{measure_train_throughput, ThroughputReport};
 pub use trainer::{

@@ -4,7 +4,7 @@
 use crate::engine::backend::Backend;
 use crate::engine::data::Batch;
 use crate::engine::layers::SoftmaxCrossEntropy;
-use crate::engine::model::Model;
+use crate::engine::model::{GradientsReady, Model};
 use crate::engine::{EngineError, Result, Tensor};
 
 use super::optimizer::{DeviceOptimizer, UpdateOutcome};
@@ -116,6 +116,40 @@ pub fn compute_gradients<B: Backend, M: Model<B> + ?Sized>(
     loss_scale: f32,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<GradientOutcome> {
+    compute_gradients_with(backend, model, loss_fn, batch, loss_scale, cancelled, None)
+}
+
+/// [`compute_gradients`], telling `ready` about gradients as the backward finishes them
+/// (see [`Model::backward_notifying`]).
+pub fn compute_gradients_notifying<B: Backend, M: Model<B> + ?Sized>(
+    backend: &B,
+    model: &mut M,
+    loss_fn: &SoftmaxCrossEntropy,
+    batch: &DeviceBatch<B>,
+    loss_scale: f32,
+    cancelled: &dyn Fn() -> bool,
+    ready: &mut GradientsReady<'_, B>,
+) -> Result<GradientOutcome> {
+    compute_gradients_with(
+        backend,
+        model,
+        loss_fn,
+        batch,
+        loss_scale,
+        cancelled,
+        Some(ready),
+    )
+}
+
+fn compute_gradients_with<B: Backend, M: Model<B> + ?Sized>(
+    backend: &B,
+    model: &mut M,
+    loss_fn: &SoftmaxCrossEntropy,
+    batch: &DeviceBatch<B>,
+    loss_scale: f32,
+    cancelled: &dyn Fn() -> bool,
+    ready: Option<&mut GradientsReady<'_, B>>,
+) -> Result<GradientOutcome> {
     let logits = model.forward(backend, &batch.images, true)?;
     let result = loss_and_correct(backend, loss_fn, &logits, batch)?;
     if !result.loss.is_finite() {
@@ -129,7 +163,10 @@ pub fn compute_gradients<B: Backend, M: Model<B> + ?Sized>(
     if loss_scale != 1.0 {
         backend.scale(dlogits.buffer_mut(), loss_scale)?;
     }
-    model.backward(backend, &dlogits)?;
+    match ready {
+        Some(ready) => model.backward_notifying(backend, &dlogits, ready)?,
+        None => model.backward(backend, &dlogits)?,
+    }
     Ok(GradientOutcome::Computed(result))
 }
 
