@@ -39,11 +39,16 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
         send_timeout: config.http_send_timeout,
         ..super::http::Limits::default()
     };
-    tokio::spawn(super::http::serve_with(
+    let prices = super::http::Prices {
+        box_usd: config.box_price_usd,
+        electricity_usd_per_kwh: config.electricity_usd_per_kwh,
+    };
+    tokio::spawn(super::http::serve_priced(
         handle.clone(),
         listener,
         token,
         limits,
+        prices,
     ));
 
     info!(http = %http_addr, bus = %bus, state_dir = %config.state_dir.display(), "agent ready");
