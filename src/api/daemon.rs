@@ -50,6 +50,7 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
         limits,
         prices,
     ));
+    crate::agent::front_display::spawn(handle.clone(), config.front_display_socket.clone());
 
     info!(http = %http_addr, bus = %bus, state_dir = %config.state_dir.display(), "agent ready");
     // Scripts and tests read this line to learn the bound address.
