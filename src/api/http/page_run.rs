@@ -157,6 +157,7 @@ fn energy(r: &RunRecord) -> Vec<(String, String)> {
             m.name.ends_with("energy_j")
                 || m.name.ends_with("energy_kwh")
                 || m.name.ends_with("img_per_j")
+                || m.name == "images_per_joule"
         }) {
             rows.push((
                 format!("{} {}", stage.name, m.name),
