@@ -5,6 +5,7 @@ prints what it saw as one JSON object; tests/browser.rs asserts on it.
   browser-check.py live BASE OUT          / while a run trains: charts grow, tiles, console
   browser-check.py static BASE OUT        / with JavaScript off: the server's state, tiles, figures
   browser-check.py run BASE OUT RUN_ID    /runs/RUN_ID with and without JavaScript
+  browser-check.py reconnect BASE OUT     / open while the agent restarts: it catches up
 
 Screenshots go to OUT. Never uses --virtual-time-budget (it hangs with an open
 EventSource) or --dump-dom (it returns the page before any event arrives).
@@ -161,6 +162,30 @@ def run_page(base, out, run_id):
     return result
 
 
+def reconnect(base, out):
+    """Loads / and waits while the agent is restarted under it: the page must reconnect
+    its event stream and read /api/v1/live and the status again."""
+    d = driver()
+    try:
+        d.get(base + "/")
+        stat = lambda d, k: d.execute_script("return window.tinyperf." + k)
+        WebDriverWait(d, 30).until(lambda d: stat(d, "liveLoads") >= 1
+                                   and d.find_element(By.ID, "live").text == "live")
+        # Tells the test it may restart the agent now.
+        print("loaded", flush=True)
+        WebDriverWait(d, 90, poll_frequency=0.25).until(
+            lambda d: stat(d, "reconnects") >= 1 and stat(d, "liveLoads") >= 2
+            and stat(d, "statusLoads") >= 1)
+        result = {k: stat(d, k) for k in ["reconnects", "liveLoads", "statusLoads"]}
+        result["live"] = d.find_element(By.ID, "live").text
+        # The browser logs the refused connections while the agent was away.
+        result["console"] = [m for m in console_problems(d)
+                             if "api/v1/events" not in m and "ERR_CONNECTION_REFUSED" not in m]
+    finally:
+        d.quit()
+    return result
+
+
 def main():
     phase, base, out = sys.argv[1], sys.argv[2], sys.argv[3]
     os.makedirs(out, exist_ok=True)
@@ -168,6 +193,8 @@ def main():
         result = live(base, out)
     elif phase == "static":
         result = static(base, out)
+    elif phase == "reconnect":
+        result = reconnect(base, out)
     elif phase == "run":
         result = run_page(base, out, sys.argv[4])
     else:

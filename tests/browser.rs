@@ -146,7 +146,15 @@ fn the_pages_in_a_real_browser_while_a_smoke_run_trains() {
     let display = front_display(&socket);
     let dirs = AgentDirs::new(&format!("front_display_socket = \"{}\"", socket.display()));
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tinybox-red");
-    let agent = Agent::start_with_args(&bus, &dirs, &["--root", fixture.to_str().unwrap()]);
+    // A fixed port, so that the page can find the agent again after a restart.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = ["--root", fixture.to_str().unwrap(), "--listen", &listen];
+    let mut agent = Agent::start_with_args(&bus, &dirs, &args);
     let base = format!("http://{}", agent.http);
     let id = post_run(agent.http);
 
@@ -236,5 +244,33 @@ fn the_pages_in_a_real_browser_while_a_smoke_run_trains() {
     assert!(shown
         .iter()
         .all(|l| l.ends_with('\n') && l.matches('\n').count() == 1));
+
+    // The agent restarts under an open page: it reconnects and catches up.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/browser-check.py");
+    let mut watcher = Command::new("timeout")
+        .arg("180")
+        .arg(&python)
+        .arg(script)
+        .args(["reconnect", &base])
+        .arg(artifacts_dir())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(watcher.stdout.take().unwrap()));
+    let loaded = lines.next().and_then(Result::ok);
+    assert_eq!(loaded.as_deref(), Some("loaded"), "the page did not load");
+    agent.kill();
+    std::thread::sleep(Duration::from_secs(1));
+    let agent = Agent::start_with_args(&bus, &dirs, &args);
+    let answer: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(watcher.wait().unwrap().success(), "{answer:?}");
+    let caught_up: Value = serde_json::from_str(answer.last().unwrap()).unwrap();
+    println!("after the restart: {caught_up}");
+    assert!(caught_up["reconnects"].as_u64().unwrap() >= 1);
+    assert!(caught_up["liveLoads"].as_u64().unwrap() >= 2);
+    assert_eq!(caught_up["live"], "live");
+    assert_eq!(caught_up["console"], Value::Array(vec![]), "{caught_up}");
+    assert_eq!(status(agent.http)["state"], "idle");
     println!("screenshots in {}", artifacts_dir().display());
 }

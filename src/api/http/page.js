@@ -12,7 +12,7 @@
   var chartsBox = document.getElementById("charts");
   var palette = ["#2f6fde", "#d9480f", "#2b8a3e", "#ae3ec9", "#e8590c", "#0c8599", "#5f3dc4", "#868e96"];
   // What tests and operators can read: each chart, and what its updates cost.
-  var stats = { charts: {}, updates: 0, setDataMs: 0, lastSetDataMs: 0, reconnects: 0 };
+  var stats = { charts: {}, updates: 0, setDataMs: 0, lastSetDataMs: 0, reconnects: 0, liveLoads: 0, statusLoads: 0 };
   window.tinyperf = stats;
 
   function setText(id, text) {
@@ -201,6 +201,7 @@
   function loadLive() {
     return getJson("/api/v1/live").then(function (live) {
       resetAll();
+      stats.liveLoads += 1;
       liveRun = live.run_id || null;
       (live.train || []).forEach(addTrain);
       (live.telemetry || []).forEach(addSample);
@@ -234,7 +235,10 @@
         lostContact = false;
         stats.reconnects += 1;
         loadLive();
-        getJson("/api/v1/status").then(applyStatus).catch(function () {});
+        getJson("/api/v1/status").then(function (status) {
+          stats.statusLoads += 1;
+          applyStatus(status);
+        }).catch(function () {});
       }
     };
     source.onerror = function () {
