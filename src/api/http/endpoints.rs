@@ -210,24 +210,42 @@ impl App {
 
     async fn page(&self) -> Result<Response<Body>, ApiError> {
         let status = self.handle.status();
-        let trend_runs = self.handle.list_runs(PAGE_TREND_RUNS);
-        let runs = &trend_runs[..trend_runs.len().min(PAGE_HISTORY)];
         let current = match status.state {
             AgentState::Running => self.handle.current_run(),
             AgentState::Idle => None,
         };
-        let health = self.health_verdicts(&trend_runs).await;
+        // What the page shows of the stored runs is made again only when they change.
+        let newest = self.handle.list_runs(1);
+        let key = format!(
+            "{} {}",
+            self.handle.runs_stored(),
+            newest
+                .first()
+                .map(|r| serde_json::to_string(r).unwrap_or_default())
+                .unwrap_or_default()
+        );
+        let mut trend_runs = None;
+        let history = self.pages.history(&key, || {
+            let runs = self.handle.list_runs(PAGE_TREND_RUNS);
+            let parts = page::history_parts(
+                &status.sku,
+                &runs[..runs.len().min(PAGE_HISTORY)],
+                &runs,
+                &self.pages.prices,
+            );
+            trend_runs = Some(runs);
+            parts
+        });
+        let health = self.health_verdicts(trend_runs).await;
         let hardware = self.handle.hardware();
         let html = self.handle.with_live(|live| {
             page::render(&page::PageData {
                 status: &status,
                 hardware: &hardware,
-                runs,
-                trend_runs: &trend_runs,
+                history: &history,
                 current: current.as_deref(),
                 live,
                 health: &health,
-                prices: &self.pages.prices,
                 charts: page_static::has_charts(),
                 now: Utc::now(),
             })
@@ -236,13 +254,17 @@ impl App {
     }
 
     /// Each GPU's verdict in the newest health run: read from disk once per new
-    /// health run, then kept.
-    async fn health_verdicts(&self, runs: &[RunBrief]) -> Arc<HealthVerdicts> {
+    /// health run, then kept. `runs` are the stored runs when they changed since the
+    /// last look, else the verdicts kept are still the newest.
+    async fn health_verdicts(&self, runs: Option<Vec<RunBrief>>) -> Arc<HealthVerdicts> {
+        let Some(runs) = runs else {
+            return self.pages.newest_health();
+        };
         let Some(newest) = runs
             .iter()
             .find(|r| r.suite == "health" && r.state.is_final())
         else {
-            return Arc::default();
+            return self.pages.forget_health();
         };
         if let Some(kept) = self.pages.health(&newest.id) {
             return kept;
@@ -257,11 +279,16 @@ impl App {
     }
 
     async fn run_page(&self, id: String) -> Result<Response<Body>, ApiError> {
-        let runs = self.handle.list_runs(PAGE_TREND_RUNS);
-        let newest = runs.first().map(|r| r.id.clone()).unwrap_or_default();
+        let newest = self
+            .handle
+            .list_runs(1)
+            .first()
+            .map(|r| r.id.clone())
+            .unwrap_or_default();
         if let Some(page) = self.pages.run_page(&id, &newest) {
             return Ok(page_response(page));
         }
+        let runs = self.handle.list_runs(PAGE_TREND_RUNS);
         let record = self.load_run(id.clone()).await?;
         // A run without telemetry or an MLLOG has a page without those figures.
         let telemetry = self

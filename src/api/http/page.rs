@@ -59,24 +59,21 @@ const TREND_FIGURES: &[(&str, &str)] = &[
 pub struct PageData<'a> {
     pub status: &'a StatusSnapshot,
     pub hardware: &'a Value,
-    /// Recent runs, newest first, for the history table.
-    pub runs: &'a [RunBrief],
-    /// More runs, newest first, for trends and the box's best figures.
-    pub trend_runs: &'a [RunBrief],
+    /// What the page shows of the stored runs.
+    pub history: &'a HistoryParts,
     /// The record of the run in progress, for its stages so far.
     pub current: Option<&'a RunRecord>,
     /// The live figures of the run in progress (or of the last run).
     pub live: &'a LiveRun,
     /// Each GPU's verdict in the newest health run, by PCI address.
     pub health: &'a HashMap<String, Verdict>,
-    pub prices: &'a Prices,
     pub charts: bool,
     pub now: DateTime<Utc>,
 }
 
 #[derive(Template)]
 #[template(path = "home.html")]
-struct HomePage {
+struct HomePage<'a> {
     sku: String,
     sku_title: Option<String>,
     state: &'static str,
@@ -96,9 +93,31 @@ struct HomePage {
     tables: Vec<DeviceTable>,
     findings: Vec<String>,
     checks: Option<Checks>,
+    parts: &'a HistoryParts,
+    comparison: &'a Comparison,
+}
+
+/// The parts of the page made from the stored runs: they change only when a run
+/// does, so the agent keeps them between requests.
+pub struct HistoryParts {
     history: Vec<HistoryRow>,
     comparison: Comparison,
     trends: Vec<SvgFigure>,
+}
+
+/// Builds the history table from `runs` and the comparison and trends from
+/// `trend_runs` (both newest first).
+pub fn history_parts(
+    sku: &str,
+    runs: &[RunBrief],
+    trend_runs: &[RunBrief],
+    prices: &Prices,
+) -> HistoryParts {
+    HistoryParts {
+        history: runs.iter().map(history_row).collect(),
+        comparison: comparison(sku, trend_runs, prices),
+        trends: trends(trend_runs),
+    }
 }
 
 struct Running {
@@ -257,9 +276,8 @@ pub fn render(d: &PageData<'_>) -> String {
             })
             .unwrap_or_default(),
         checks: checks(d.hardware),
-        history: d.runs.iter().map(history_row).collect(),
-        comparison: comparison(&status.sku, d.trend_runs, d.prices),
-        trends: trends(d.trend_runs),
+        parts: d.history,
+        comparison: &d.history.comparison,
     };
     page.render().unwrap_or_else(|e| {
         format!("<!doctype html><title>tinyperf</title><p>the page could not be rendered: {e}</p>")
@@ -783,12 +801,10 @@ mod tests {
         render(&PageData {
             status,
             hardware,
-            runs,
-            trend_runs: runs,
+            history: &history_parts(&status.sku, runs, runs, &Prices::default()),
             current: None,
             live,
             health: &HashMap::new(),
-            prices: &Prices::default(),
             charts: true,
             now: Utc::now(),
         })
@@ -959,12 +975,10 @@ mod tests {
         let html = render(&PageData {
             status: &st,
             hardware: &hardware,
-            runs: &[],
-            trend_runs: &[],
+            history: &history_parts(&st.sku, &[], &[], &Prices::default()),
             current: None,
             live: &live,
             health: &health,
-            prices: &Prices::default(),
             charts: false,
             now: Utc::now(),
         });

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
+use super::page::HistoryParts;
 use super::page_compare::Prices;
 use crate::record::{RunRecord, Verdict};
 
@@ -19,6 +20,9 @@ pub type HealthVerdicts = HashMap<String, Verdict>;
 pub struct PageState {
     pub prices: Prices,
     health: Mutex<Option<(String, Arc<HealthVerdicts>)>>,
+    /// The status page's parts made from the stored runs, and the key they were made
+    /// under (which changes whenever a run is added, changes or is removed).
+    history: Mutex<Option<(String, Arc<HistoryParts>)>>,
     /// (run id, newest run id when rendered, page): a page is stale once a newer run
     /// changes the box's figures beside it.
     run_pages: Mutex<VecDeque<(String, String, Bytes)>>,
@@ -29,6 +33,7 @@ impl PageState {
         PageState {
             prices,
             health: Mutex::new(None),
+            history: Mutex::new(None),
             run_pages: Mutex::new(VecDeque::new()),
         }
     }
@@ -41,11 +46,36 @@ impl PageState {
             .map(|(_, verdicts)| verdicts.clone())
     }
 
+    /// The verdicts kept, whichever run they are of.
+    pub fn newest_health(&self) -> Arc<HealthVerdicts> {
+        let kept = self.health.lock().unwrap_or_else(|e| e.into_inner());
+        kept.as_ref().map(|(_, v)| v.clone()).unwrap_or_default()
+    }
+
+    /// No health run is stored (any more): no verdicts.
+    pub fn forget_health(&self) -> Arc<HealthVerdicts> {
+        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        Arc::default()
+    }
+
     pub fn keep_health(&self, record: &RunRecord) -> Arc<HealthVerdicts> {
         let verdicts = Arc::new(health_verdicts(record));
         *self.health.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((record.id.clone(), verdicts.clone()));
         verdicts
+    }
+
+    /// The history parts made under `key`, or made now by `make` and kept.
+    pub fn history(&self, key: &str, make: impl FnOnce() -> HistoryParts) -> Arc<HistoryParts> {
+        let mut kept = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((kept_key, parts)) = kept.as_ref() {
+            if kept_key == key {
+                return parts.clone();
+            }
+        }
+        let parts = Arc::new(make());
+        *kept = Some((key.to_string(), parts.clone()));
+        parts
     }
 
     pub fn run_page(&self, id: &str, newest: &str) -> Option<Bytes> {
