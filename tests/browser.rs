@@ -213,7 +213,14 @@ fn the_pages_in_a_real_browser_while_a_smoke_run_trains() {
         .iter()
         .filter_map(Value::as_str)
         .collect();
-    for title in ["evaluation top-1", "power (W)", "temperature (°C)"] {
+    // The smoke run's epochs from its train.jsonl, its GPUs from its telemetry.csv.
+    for title in [
+        "loss per epoch",
+        "top-1 per epoch",
+        "throughput per epoch (img/s)",
+        "power (W)",
+        "temperature (°C)",
+    ] {
         assert!(titles.contains(&title), "{title} missing from {titles:?}");
     }
     for (chart, n) in run["chart_points"].as_object().unwrap() {

@@ -385,7 +385,7 @@ async fn a_run_page_shows_its_stages_checks_energy_and_figures_from_its_files() 
         .await
         .text();
     assert!(health.contains("<td class=\"mono\">0000:04:00.0</td>"));
-    assert!(health.contains("This run stored no telemetry and no evaluations."));
+    assert!(health.contains("This run stored no telemetry and no training figures."));
 
     let missing = get(server.addr, "/runs/20990101-000000-000000").await;
     assert_eq!(missing.status, 404);

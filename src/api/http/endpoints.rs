@@ -297,6 +297,11 @@ impl App {
             .await
             .ok();
         let mllog = self.handle.run_artifact(&id, Artifact::Mllog).await.ok();
+        let train = self
+            .handle
+            .run_artifact(&id, Artifact::TrainFigures)
+            .await
+            .ok();
         let status = self.handle.status();
         let html = page_run::render(&page_run::RunPageData {
             record: &record,
@@ -304,6 +309,7 @@ impl App {
             version: &status.version,
             telemetry: telemetry.as_deref(),
             mllog: mllog.as_deref(),
+            train: train.as_deref(),
             runs: &runs,
             prices: &self.pages.prices,
             charts: page_static::has_charts(),

@@ -27,6 +27,8 @@ pub struct RunPageData<'a> {
     pub telemetry: Option<&'a [u8]>,
     /// `mllog.txt`, when the run has one.
     pub mllog: Option<&'a [u8]>,
+    /// `train.jsonl`, each epoch's training figures, when the run trained.
+    pub train: Option<&'a [u8]>,
     pub runs: &'a [RunBrief],
     pub prices: &'a Prices,
     pub charts: bool,
@@ -82,10 +84,13 @@ struct ChartData {
 
 pub fn render(d: &RunPageData<'_>) -> String {
     let r = d.record;
-    let mut charts = d.telemetry.map(telemetry_charts).unwrap_or_default();
-    if let Some(evals) = d.mllog.and_then(eval_chart) {
-        charts.insert(0, evals);
+    let mut charts = d.train.map(train_charts).unwrap_or_default();
+    // The epoch figures carry the evaluations too; a run without them (an external
+    // benchmark's) has its MLLOG's.
+    if charts.is_empty() {
+        charts.extend(d.mllog.and_then(eval_chart));
     }
+    charts.extend(d.telemetry.map(telemetry_charts).unwrap_or_default());
     let figures = charts.iter().map(svg_of).collect();
     let page = RunPage {
         sku: d.sku.to_string(),
@@ -249,6 +254,47 @@ fn telemetry_charts(csv: &[u8]) -> Vec<ChartData> {
         .collect()
 }
 
+/// Loss, top-1 (training and evaluation), throughput and learning rate by epoch.
+fn train_charts(jsonl: &[u8]) -> Vec<ChartData> {
+    let points = crate::suite::epoch_log::parse(&String::from_utf8_lossy(jsonl));
+    if points.is_empty() {
+        return Vec::new();
+    }
+    let x: Vec<f64> = points.iter().map(|p| f64::from(p.epoch)).collect();
+    let chart = |title: &str, unit: &str, series: Vec<(&str, Vec<Option<f64>>)>| ChartData {
+        title: title.to_string(),
+        unit: unit.to_string(),
+        x_label: "epoch".into(),
+        labels: series.iter().map(|(l, _)| l.to_string()).collect(),
+        x: x.clone(),
+        ys: series.into_iter().map(|(_, ys)| ys).collect(),
+    };
+    let of = |f: fn(&crate::suite::event::TrainPoint) -> Option<f64>| {
+        points.iter().map(f).collect::<Vec<_>>()
+    };
+    vec![
+        chart("loss per epoch", "", vec![("loss", of(|p| Some(p.loss)))]),
+        chart(
+            "top-1 per epoch",
+            "",
+            vec![
+                ("train", of(|p| Some(p.accuracy))),
+                ("eval", of(|p| p.eval_accuracy)),
+            ],
+        ),
+        chart(
+            "throughput per epoch",
+            "img/s",
+            vec![("img/s", of(|p| Some(p.images_per_s)))],
+        ),
+        chart(
+            "learning rate per epoch",
+            "",
+            vec![("lr", of(|p| Some(p.lr)))],
+        ),
+    ]
+}
+
 /// Top-1 of each evaluation by epoch, from the MLLOG.
 fn eval_chart(mllog: &[u8]) -> Option<ChartData> {
     let log = MlLogText::parse(&String::from_utf8_lossy(mllog));
@@ -314,6 +360,33 @@ mod tests {
         assert_eq!(power.ys[0], [Some(100.0), Some(300.0)]);
         assert_eq!(power.ys[1], [Some(110.0), None]);
         assert_eq!(svg_of(power).points, 3);
+    }
+
+    #[test]
+    fn epoch_figures_become_four_charts() {
+        let line = |epoch: u32, eval: &str| {
+            format!(
+                "{{\"stage\":\"smoke\",\"kind\":\"epoch\",\"epoch\":{epoch},\"planned_epochs\":3,\
+                 \"global_step\":{},\"planned_steps\":12,\"loss\":0.5,\"accuracy\":0.6,\
+                 \"images_per_s\":90.0,\"lr\":0.1{eval},\"elapsed_s\":1.0}}\n",
+                epoch * 4
+            )
+        };
+        let text = line(1, "") + &line(2, ",\"eval_accuracy\":0.7") + "not json\n";
+        let charts = train_charts(text.as_bytes());
+        let titles: Vec<&str> = charts.iter().map(|c| c.title.as_str()).collect();
+        assert_eq!(
+            titles,
+            [
+                "loss per epoch",
+                "top-1 per epoch",
+                "throughput per epoch",
+                "learning rate per epoch"
+            ]
+        );
+        assert_eq!(charts[1].x, [1.0, 2.0]);
+        assert_eq!(charts[1].ys[1], [None, Some(0.7)]);
+        assert!(train_charts(b"").is_empty());
     }
 
     #[test]
