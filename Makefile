@@ -9,17 +9,25 @@ DEBUG_BIN := target/debug/tinyperf
 
 # Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
 # udevadm, a C compiler for the fake GPU driver libraries, a C++ compiler to check the GPU kernel source, curl for HTTP checks, Python with
-# venv for mlperf-logging's checkers (installed from PyPI into .venv), and the hiprtc of ROCm 5.2
+# venv for mlperf-logging's checkers (installed from PyPI into .venv) and for Selenium (into .venv-browser),
+# Chromium and its WebDriver with a font for the browser tests, and the hiprtc of ROCm 5.2
 # (in libamdhip64-5) to compile the HIP kernels; the build packages come first.
 TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
-	libamdhip64-5 libhiprtc-builtins5
+	libamdhip64-5 libhiprtc-builtins5 chromium chromium-driver fonts-dejavu-core
+
+# Builds made here embed uPlot (build.rs fetches its npm tarball with curl and checks its
+# sha512) or fail; a plain `cargo build` without network builds without charts instead.
+export TINYPERF_REQUIRE_UPLOT ?= 1
+# The browser tests fail, rather than skip, when Chromium or Selenium is missing.
+export TINYPERF_REQUIRE_BROWSER ?= 1
 
 .PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-agent bench-venv gpu-check gpu-speed install image image-rootfs images image-test image-test-all clean
 
 all: build
 
-# What a build needs beyond Rust: cmake and nasm compile the bundled libjpeg-turbo.
-BUILD_PACKAGES := cmake nasm gcc
+# What a build needs beyond Rust: cmake and nasm compile the bundled libjpeg-turbo; curl
+# fetches uPlot's npm tarball for the status page.
+BUILD_PACKAGES := cmake nasm gcc curl
 
 # Installs the Debian packages of $(1) that are missing (needs root only when some are).
 define apt_install
@@ -54,6 +62,7 @@ test-deps: build-deps
 	@$(CARGO) clippy --version >/dev/null 2>&1 || rustup component add clippy
 	scripts/mlperf-check.sh python >/dev/null
 	scripts/nvrtc-lib.sh >/dev/null
+	scripts/browser-venv.sh >/dev/null
 
 fmt-check:
 	$(CARGO) fmt --check

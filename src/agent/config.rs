@@ -18,6 +18,9 @@ pub const DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER: usize = 64;
 pub const DEFAULT_HTTP_IDLE_TIMEOUT_S: f64 = 10.0;
 pub const DEFAULT_HTTP_SEND_TIMEOUT_S: f64 = 10.0;
 pub const DEFAULT_MIN_FREE_SPACE_MB: u64 = 512;
+/// The tinybox front display's control socket (tinyos's display service).
+pub const DEFAULT_FRONT_DISPLAY_SOCKET: &str = "/run/tinybox-screen.sock";
+pub const DEFAULT_ELECTRICITY_USD_PER_KWH: f64 = 0.15;
 const MIB: u64 = 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +54,9 @@ struct ConfigFile {
     min_free_space_mb: Option<u64>,
     dataset_cache_mb: Option<u64>,
     benchmarks: Option<toml::Table>,
+    box_price_usd: Option<f64>,
+    electricity_usd_per_kwh: Option<f64>,
+    front_display_socket: Option<PathBuf>,
 }
 
 /// The configuration the agent runs with.
@@ -84,6 +90,12 @@ pub struct Config {
     /// Other frameworks' benchmarks the agent may run (`[benchmarks.NAME]`: the external
     /// suite's options), started over D-Bus and HTTP by name only.
     pub benchmarks: std::collections::BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+    /// What the box cost, for the pages' price-performance; `None` takes the list
+    /// price of its SKU.
+    pub box_price_usd: Option<f64>,
+    pub electricity_usd_per_kwh: f64,
+    /// Where the front display listens; the agent writes to it only when it exists.
+    pub front_display_socket: PathBuf,
 }
 
 impl Default for Config {
@@ -107,6 +119,9 @@ impl Default for Config {
             min_free_space_bytes: DEFAULT_MIN_FREE_SPACE_MB * MIB,
             dataset_cache_bytes: crate::engine::data::synth_cache::DEFAULT_BUDGET_BYTES,
             benchmarks: std::collections::BTreeMap::new(),
+            box_price_usd: None,
+            electricity_usd_per_kwh: DEFAULT_ELECTRICITY_USD_PER_KWH,
+            front_display_socket: DEFAULT_FRONT_DISPLAY_SOCKET.into(),
         }
     }
 }
@@ -230,6 +245,25 @@ impl Config {
             }
             config.dataset_cache_bytes = mb.saturating_mul(MIB);
         }
+        if let Some(usd) = file.box_price_usd {
+            if !(usd.is_finite() && usd > 0.0) {
+                return Err(invalid(format!(
+                    "box_price_usd = {usd} must be a positive number of dollars"
+                )));
+            }
+            config.box_price_usd = Some(usd);
+        }
+        if let Some(usd) = file.electricity_usd_per_kwh {
+            if !(usd.is_finite() && usd >= 0.0) {
+                return Err(invalid(format!(
+                    "electricity_usd_per_kwh = {usd} must be zero or more dollars"
+                )));
+            }
+            config.electricity_usd_per_kwh = usd;
+        }
+        if let Some(p) = file.front_display_socket {
+            config.front_display_socket = p;
+        }
         for (name, entry) in file.benchmarks.unwrap_or_default() {
             let serde_json::Value::Object(options) = serde_json::to_value(&entry)
                 .map_err(|e| invalid(format!("benchmarks.{name}: {e}")))?
@@ -313,6 +347,9 @@ mod tests {
             http_send_timeout_s = 3
             min_free_space_mb = 64
             dataset_cache_mb = 100
+            box_price_usd = 27500
+            electricity_usd_per_kwh = 0.31
+            front_display_socket = "/tmp/screen.sock"
             "#,
         )
         .unwrap();
@@ -331,6 +368,9 @@ mod tests {
         assert_eq!(c.http_send_timeout, Duration::from_secs(3));
         assert_eq!(c.min_free_space_bytes, 64 << 20);
         assert_eq!(c.dataset_cache_bytes, 100 << 20);
+        assert_eq!(c.box_price_usd, Some(27_500.0));
+        assert_eq!(c.electricity_usd_per_kwh, 0.31);
+        assert_eq!(c.front_display_socket, PathBuf::from("/tmp/screen.sock"));
     }
 
     #[test]
@@ -357,6 +397,8 @@ mod tests {
             ("http_idle_timeout_s = 0", "http_idle_timeout_s"),
             ("http_send_timeout_s = -1.0", "http_send_timeout_s"),
             ("listen = ", "invalid"),
+            ("box_price_usd = 0", "box_price_usd"),
+            ("electricity_usd_per_kwh = -0.1", "electricity_usd_per_kwh"),
         ] {
             let err = parse(text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text:?} gave {err:?}");

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod events;
+pub mod front_display;
 pub mod handle;
 pub mod live;
 pub mod notify;

@@ -39,12 +39,18 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
         send_timeout: config.http_send_timeout,
         ..super::http::Limits::default()
     };
-    tokio::spawn(super::http::serve_with(
+    let prices = super::http::Prices {
+        box_usd: config.box_price_usd,
+        electricity_usd_per_kwh: config.electricity_usd_per_kwh,
+    };
+    tokio::spawn(super::http::serve_priced(
         handle.clone(),
         listener,
         token,
         limits,
+        prices,
     ));
+    crate::agent::front_display::spawn(handle.clone(), config.front_display_socket.clone());
 
     info!(http = %http_addr, bus = %bus, state_dir = %config.state_dir.display(), "agent ready");
     // Scripts and tests read this line to learn the bound address.

@@ -41,6 +41,8 @@ pub enum Artifact {
     Mllog,
     Telemetry,
     WorkerLog,
+    /// Each epoch's training figures (`train.jsonl`).
+    TrainFigures,
 }
 
 impl Artifact {
@@ -49,6 +51,7 @@ impl Artifact {
             Artifact::Mllog => "mllog.txt",
             Artifact::Telemetry => "telemetry.csv",
             Artifact::WorkerLog => "worker.log",
+            Artifact::TrainFigures => "train.jsonl",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Suites and stages: what a run does, the metrics it records, and its verdicts.
 
 pub mod deadline;
+pub mod epoch_log;
 pub mod event;
 pub mod options;
 

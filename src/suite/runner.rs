@@ -203,6 +203,7 @@ pub fn execute(
         sources: Sources::All,
         sink: run_options.telemetry_sink.clone(),
     });
+    let mut epochs = super::epoch_log::EpochLog::in_run_dir(run_options.run_dir.as_deref());
     // Later stages judge the box by the inventory an earlier stage took.
     let mut hardware: Option<serde_json::Value> = None;
     for (index, stage) in stages.iter().enumerate() {
@@ -216,8 +217,10 @@ pub fn execute(
         });
         let mut seen_hardware = None;
         let mut forward = |event: WorkerEvent| {
-            if let WorkerEvent::Hardware { hardware } = &event {
-                seen_hardware = Some(hardware.clone());
+            match &event {
+                WorkerEvent::Hardware { hardware } => seen_hardware = Some(hardware.clone()),
+                WorkerEvent::Train { point } => epochs.note(point),
+                _ => {}
             }
             emit(event);
         };

@@ -13,22 +13,27 @@ use tokio::sync::Semaphore;
 use super::admission::{Admission, Refusal};
 use super::auth::authorize;
 use super::body::{parse_json, read_json_bytes, read_limited};
+use super::page_state::{HealthVerdicts, PageState};
 use super::response::{self, ApiError, Body};
 use super::router::Endpoint;
-use super::{metrics, page, sse, Limits};
+use super::{metrics, page, page_run, page_static, sse, Limits};
 use crate::agent::{AgentHandle, AgentState};
 use crate::record::store::Artifact;
 use crate::record::{RunBrief, RunRecord, Trigger};
 
 const OPENAPI: &str = include_str!("openapi.json");
-const PAGE_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; \
-     script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; \
-     base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+/// The pages load scripts and styles from the agent only: no inline script, no
+/// inline style, nothing from elsewhere.
+const PAGE_POLICY: &str = "default-src 'none'; style-src 'self'; script-src 'self'; \
+     connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
 /// Runs listed when `?limit=` is not given, and the most a client may ask for.
 const DEFAULT_RUN_LIMIT: usize = 50;
 const MAX_RUN_LIMIT: usize = 1000;
 /// Runs shown in the page's history.
 const PAGE_HISTORY: usize = 25;
+/// Runs the pages draw trends and the box's best figures from.
+const PAGE_TREND_RUNS: usize = 200;
 
 /// Everything a request needs, shared by all connections.
 pub struct App {
@@ -37,6 +42,7 @@ pub struct App {
     pub limits: Limits,
     pub event_streams: Arc<Semaphore>,
     pub admission: Arc<Admission>,
+    pub pages: PageState,
 }
 
 /// `POST /api/v1/runs`.
@@ -82,6 +88,8 @@ impl App {
         endpoint.check_method(request.method())?;
         let is_post = request.method() == Method::POST;
         match endpoint {
+            Endpoint::Static(asset) => page_static::respond(asset, request.headers()),
+            Endpoint::RunPage(id) => self.run_page(id).await,
             Endpoint::Healthz => Ok(response::json(StatusCode::OK, &json!({"status": "ok"}))),
             Endpoint::Status => Ok(response::json(StatusCode::OK, &self.handle.status())),
             Endpoint::Hardware => Ok(response::json(StatusCode::OK, &self.handle.hardware())),
@@ -202,25 +210,125 @@ impl App {
 
     async fn page(&self) -> Result<Response<Body>, ApiError> {
         let status = self.handle.status();
-        let runs = self.handle.list_runs(PAGE_HISTORY);
         let current = match status.state {
             AgentState::Running => self.handle.current_run(),
             AgentState::Idle => None,
         };
-        let html = page::render(&page::PageData {
-            status: &status,
-            hardware: &self.handle.hardware(),
-            runs: &runs,
-            current: current.as_deref(),
-            now: Utc::now(),
-        });
-        let mut response = response::bytes(StatusCode::OK, response::HTML, html);
-        response.headers_mut().insert(
-            CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(PAGE_POLICY),
+        // What the page shows of the stored runs is made again only when they change.
+        let newest = self.handle.list_runs(1);
+        let key = format!(
+            "{} {}",
+            self.handle.runs_stored(),
+            newest
+                .first()
+                .map(|r| serde_json::to_string(r).unwrap_or_default())
+                .unwrap_or_default()
         );
-        Ok(response)
+        let mut trend_runs = None;
+        let history = self.pages.history(&key, || {
+            let runs = self.handle.list_runs(PAGE_TREND_RUNS);
+            let parts = page::history_parts(
+                &status.sku,
+                &runs[..runs.len().min(PAGE_HISTORY)],
+                &runs,
+                &self.pages.prices,
+            );
+            trend_runs = Some(runs);
+            parts
+        });
+        let health = self.health_verdicts(trend_runs).await;
+        let hardware = self.handle.hardware();
+        let html = self.handle.with_live(|live| {
+            page::render(&page::PageData {
+                status: &status,
+                hardware: &hardware,
+                history: &history,
+                current: current.as_deref(),
+                live,
+                health: &health,
+                charts: page_static::has_charts(),
+                now: Utc::now(),
+            })
+        });
+        Ok(page_response(html.into()))
     }
+
+    /// Each GPU's verdict in the newest health run: read from disk once per new
+    /// health run, then kept. `runs` are the stored runs when they changed since the
+    /// last look, else the verdicts kept are still the newest.
+    async fn health_verdicts(&self, runs: Option<Vec<RunBrief>>) -> Arc<HealthVerdicts> {
+        let Some(runs) = runs else {
+            return self.pages.newest_health();
+        };
+        let Some(newest) = runs
+            .iter()
+            .find(|r| r.suite == "health" && r.state.is_final())
+        else {
+            return self.pages.forget_health();
+        };
+        if let Some(kept) = self.pages.health(&newest.id) {
+            return kept;
+        }
+        match self.handle.get_run(&newest.id).await {
+            Ok(record) => self.pages.keep_health(&record),
+            Err(e) => {
+                tracing::warn!(run = %newest.id, error = %e, "cannot read the newest health run");
+                Arc::default()
+            }
+        }
+    }
+
+    async fn run_page(&self, id: String) -> Result<Response<Body>, ApiError> {
+        let newest = self
+            .handle
+            .list_runs(1)
+            .first()
+            .map(|r| r.id.clone())
+            .unwrap_or_default();
+        if let Some(page) = self.pages.run_page(&id, &newest) {
+            return Ok(page_response(page));
+        }
+        let runs = self.handle.list_runs(PAGE_TREND_RUNS);
+        let record = self.load_run(id.clone()).await?;
+        // A run without telemetry or an MLLOG has a page without those figures.
+        let telemetry = self
+            .handle
+            .run_artifact(&id, Artifact::Telemetry)
+            .await
+            .ok();
+        let mllog = self.handle.run_artifact(&id, Artifact::Mllog).await.ok();
+        let train = self
+            .handle
+            .run_artifact(&id, Artifact::TrainFigures)
+            .await
+            .ok();
+        let status = self.handle.status();
+        let html = page_run::render(&page_run::RunPageData {
+            record: &record,
+            sku: &status.sku,
+            version: &status.version,
+            telemetry: telemetry.as_deref(),
+            mllog: mllog.as_deref(),
+            train: train.as_deref(),
+            runs: &runs,
+            prices: &self.pages.prices,
+            charts: page_static::has_charts(),
+        });
+        let page = bytes::Bytes::from(html);
+        if record.state.is_final() {
+            self.pages.keep_run_page(&id, &newest, page.clone());
+        }
+        Ok(page_response(page))
+    }
+}
+
+fn page_response(html: bytes::Bytes) -> Response<Body> {
+    let mut response = response::bytes(StatusCode::OK, response::HTML, html);
+    response.headers_mut().insert(
+        CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(PAGE_POLICY),
+    );
+    response
 }
 
 /// Refuses a request whose head is over the limits with a JSON 431.

@@ -15,6 +15,12 @@ mod conn;
 mod endpoints;
 mod metrics;
 mod page;
+mod page_compare;
+mod page_run;
+mod page_state;
+mod page_static;
+mod page_svg;
+mod page_text;
 mod response;
 mod router;
 mod sse;
@@ -35,6 +41,7 @@ use tracing::{debug, info, warn};
 
 use crate::agent::AgentHandle;
 use endpoints::App;
+pub use page_compare::Prices;
 use response::ApiError;
 
 /// The bounds the server keeps.
@@ -140,6 +147,17 @@ pub async fn serve_with(
     token: Option<String>,
     limits: Limits,
 ) {
+    serve_priced(handle, listener, token, limits, Prices::default()).await
+}
+
+/// Serves the API within `limits`, the pages' price-performance at `prices`.
+pub async fn serve_priced(
+    handle: AgentHandle,
+    listener: TcpListener,
+    token: Option<String>,
+    limits: Limits,
+    prices: Prices,
+) {
     if token.is_none() {
         info!("no HTTP write token: POST endpoints answer 403");
     }
@@ -170,6 +188,7 @@ pub async fn serve_with(
         event_streams: Arc::new(Semaphore::new(limits.max_event_streams.max(1))),
         admission: admission.clone(),
         limits,
+        pages: page_state::PageState::new(prices),
     });
 
     loop {

@@ -1,21 +1,26 @@
-//! `GET /`: the status page, rendered on the server so it reads without JavaScript.
-//! A small inline script follows the event stream to keep progress and state live.
+//! `GET /`: the status page, rendered on the server from the `templates/` folder so it
+//! reads without JavaScript: state, progress, GPU tiles, figures of the recent values
+//! as SVG, the box, its checks, comparisons and the history. `page.js` then draws
+//! the live charts (uPlot) from `/api/v1/live` and the event stream.
 //!
 //! The hardware view is read defensively: every key may be missing or of another
-//! type, and the page shows what is there. Everything that comes from data is
-//! HTML-escaped.
+//! type, and the page shows what is there. The templates escape every value.
 
-use std::fmt::Write;
+use std::collections::HashMap;
 
+use askama::Template;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::page_compare::{self, Prices};
+use super::page_svg::{self, Series, SvgFigure};
+use super::page_text::{
+    ago, duration_text, field_text, label, number, seconds_between, value_text,
+};
 use crate::agent::handle::{AgentState, StatusSnapshot};
-use crate::record::RunBrief;
-use crate::record::RunRecord;
-
-const STYLE: &str = include_str!("page.css");
-const SCRIPT: &str = include_str!("page.js");
+use crate::agent::live::LiveRun;
+use crate::record::{RunBrief, RunRecord, Verdict};
+use crate::suite::event::TrainPointKind;
 
 /// Most columns in a device table; further keys stay in the JSON.
 const MAX_COLUMNS: usize = 9;
@@ -37,182 +42,512 @@ const GPU_COLUMNS: &[&str] = &[
 ];
 /// Columns of the NVMe table, likewise.
 const NVME_COLUMNS: &[&str] = &["name", "model", "address", "transport", "link"];
+/// Rows of the recent-values tables.
+const RECENT_ROWS: usize = 8;
+/// Figures of the box's history drawn as trends.
+const TREND_FIGURES: &[(&str, &str)] = &[
+    ("img_per_s", "training throughput"),
+    ("estimated_time_to_train_min", "estimated time to train"),
+    ("time_to_target_s", "time to target"),
+    ("gflops_sustained", "CPU GEMM"),
+    ("busbw_gbps", "all-reduce bus bandwidth"),
+    ("min_pair_gbps", "slowest GPU pair"),
+    ("energy_kwh", "energy"),
+];
 
 /// What the page shows.
 pub struct PageData<'a> {
     pub status: &'a StatusSnapshot,
     pub hardware: &'a Value,
-    /// Recent runs, newest first.
-    pub runs: &'a [RunBrief],
+    /// What the page shows of the stored runs.
+    pub history: &'a HistoryParts,
     /// The record of the run in progress, for its stages so far.
     pub current: Option<&'a RunRecord>,
+    /// The live figures of the run in progress (or of the last run).
+    pub live: &'a LiveRun,
+    /// Each GPU's verdict in the newest health run, by PCI address.
+    pub health: &'a HashMap<String, Verdict>,
+    pub charts: bool,
     pub now: DateTime<Utc>,
+}
+
+#[derive(Template)]
+#[template(path = "home.html")]
+struct HomePage<'a> {
+    sku: String,
+    sku_title: Option<String>,
+    state: &'static str,
+    version: String,
+    uptime: String,
+    current_run: String,
+    charts: bool,
+    running: Option<Running>,
+    last_run: Option<LastRun>,
+    tiles: Vec<GpuTile>,
+    live_figures: Vec<SvgFigure>,
+    recent_train: Vec<Vec<String>>,
+    recent_telemetry: RecentTelemetry,
+    hardware_verdict: Option<String>,
+    gpu_count: String,
+    host: Vec<(String, String)>,
+    tables: Vec<DeviceTable>,
+    findings: Vec<String>,
+    checks: Option<Checks>,
+    parts: &'a HistoryParts,
+    comparison: &'a Comparison,
+}
+
+/// The parts of the page made from the stored runs: they change only when a run
+/// does, so the agent keeps them between requests.
+pub struct HistoryParts {
+    history: Vec<HistoryRow>,
+    comparison: Comparison,
+    trends: Vec<SvgFigure>,
+}
+
+/// Builds the history table from `runs` and the comparison and trends from
+/// `trend_runs` (both newest first).
+pub fn history_parts(
+    sku: &str,
+    runs: &[RunBrief],
+    trend_runs: &[RunBrief],
+    prices: &Prices,
+) -> HistoryParts {
+    HistoryParts {
+        history: runs.iter().map(history_row).collect(),
+        comparison: comparison(sku, trend_runs, prices),
+        trends: trends(trend_runs),
+    }
+}
+
+struct Running {
+    id: String,
+    suite: String,
+    stage: String,
+    percent: String,
+    epoch: Option<String>,
+    elapsed: Option<String>,
+    eta: Option<String>,
+    stages: Vec<StageRow>,
+}
+
+pub(super) struct StageRow {
+    pub name: String,
+    pub verdict: String,
+    pub figures: Vec<String>,
+}
+
+struct LastRun {
+    id: String,
+    suite: String,
+    state: &'static str,
+    finished: String,
+    duration: String,
+    message: Option<String>,
+}
+
+struct GpuTile {
+    title: String,
+    model: String,
+    address: String,
+    link: String,
+    health: String,
+    power: String,
+    temp: String,
+}
+
+struct RecentTelemetry {
+    gpus: Vec<String>,
+    rows: Vec<(String, Vec<String>)>,
+}
+
+struct DeviceTable {
+    title: String,
+    columns: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+struct Checks {
+    passed: usize,
+    total: usize,
+    rows: Vec<CheckRow>,
+}
+
+struct CheckRow {
+    name: String,
+    subject: String,
+    expected: String,
+    found: String,
+    verdict: String,
+}
+
+struct HistoryRow {
+    id: String,
+    suite: String,
+    state: &'static str,
+    verdict: String,
+    trigger: &'static str,
+    started: String,
+    duration: String,
+    headline: String,
+}
+
+pub(super) struct Comparison {
+    pub rows: Vec<ComparisonRow>,
+    pub notes: Vec<String>,
+}
+
+pub(super) struct ComparisonRow {
+    pub system: String,
+    pub accelerators: String,
+    pub minutes: String,
+    pub img_per_s: String,
+    pub per_kusd: String,
+    pub energy: String,
+    pub this_box: bool,
 }
 
 pub fn render(d: &PageData<'_>) -> String {
     let status = d.status;
-    let mut html = String::with_capacity(16 * 1024);
-    let current_run = status.current_run.as_deref().unwrap_or("");
-    let _ = write!(
-        html,
-        "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>tinyperf · {sku}</title>\n\
-         <noscript><meta http-equiv=\"refresh\" content=\"30\"></noscript>\n\
-         <style>\n{STYLE}</style>\n</head>\n<body>\n<header>\n\
-         <h1>tinyperf</h1>\n<span class=\"meta\">{sku}</span>\n\
-         <span id=\"state\" class=\"badge {state}\">{state}</span>\n\
-         <span class=\"meta\">version {version} · up {uptime}</span>\n\
-         <span id=\"live\" class=\"meta\"></span>\n</header>\n\
-         <main data-run=\"{run}\">\n",
-        sku = esc(&status.sku),
-        state = status.state.as_str(),
-        version = esc(&status.version),
-        uptime = duration_text(seconds_between(status.agent_started_at, d.now)),
-        run = esc(current_run),
-    );
-    current_section(&mut html, d);
-    box_section(&mut html, d.hardware, &status.sku);
-    checks_section(&mut html, d.hardware);
-    history_section(&mut html, d.runs);
-    let _ = write!(
-        html,
-        "</main>\n<footer>\n\
-         <a href=\"/api/v1/status\">status JSON</a>\
-         <a href=\"/api/v1/hardware\">hardware JSON</a>\
-         <a href=\"/api/v1/runs\">runs JSON</a>\
-         <a href=\"/metrics\">metrics</a>\
-         <a href=\"/api/v1/openapi.json\">API description</a>\n\
-         </footer>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n"
-    );
-    html
+    let gpus: Vec<Value> = d
+        .hardware
+        .get("gpus")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let page = HomePage {
+        sku: status.sku.clone(),
+        sku_title: d
+            .hardware
+            .get("sku_title")
+            .and_then(Value::as_str)
+            .map(String::from),
+        state: status.state.as_str(),
+        version: status.version.clone(),
+        uptime: duration_text(seconds_between(status.agent_started_at, d.now)),
+        current_run: status.current_run.clone().unwrap_or_default(),
+        charts: d.charts,
+        running: running(d),
+        last_run: last_run(d),
+        tiles: tiles(&gpus, d.live, d.health),
+        live_figures: live_figures(d.live),
+        recent_train: recent_train(d.live),
+        recent_telemetry: recent_telemetry(d.live),
+        hardware_verdict: d
+            .hardware
+            .get("verdict")
+            .and_then(Value::as_str)
+            .map(String::from),
+        gpu_count: d
+            .hardware
+            .get("gpus")
+            .and_then(Value::as_array)
+            .map(|g| g.len().to_string())
+            .unwrap_or_else(|| "unknown".into()),
+        host: d
+            .hardware
+            .get("host")
+            .and_then(Value::as_object)
+            .map(|host| {
+                host.iter()
+                    .map(|(k, v)| (label(k), field_text(k, v)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        tables: [
+            ("GPUs", "gpus", GPU_COLUMNS),
+            ("NVMe drives", "nvme", NVME_COLUMNS),
+        ]
+        .into_iter()
+        .filter_map(|(title, key, columns)| {
+            let items = d.hardware.get(key).and_then(Value::as_array)?;
+            (!items.is_empty()).then(|| device_table(title, items, columns))
+        })
+        .collect(),
+        findings: d
+            .hardware
+            .get("findings")
+            .and_then(Value::as_array)
+            .map(|f| {
+                f.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        checks: checks(d.hardware),
+        parts: d.history,
+        comparison: &d.history.comparison,
+    };
+    page.render().unwrap_or_else(|e| {
+        format!("<!doctype html><title>tinyperf</title><p>the page could not be rendered: {e}</p>")
+    })
 }
 
-fn current_section(html: &mut String, d: &PageData<'_>) {
+fn running(d: &PageData<'_>) -> Option<Running> {
     let status = d.status;
-    html.push_str("<section id=\"current\">\n<h2>Current run</h2>\n");
-    let (AgentState::Running, Some(run_id)) = (status.state, status.current_run.as_deref()) else {
-        html.push_str("<p class=\"muted\">Idle: no run in progress.</p>\n");
-        if let Some(last) = &status.last_run {
-            let _ = writeln!(
-                html,
-                "<p>Last run: {link} · {suite} · <span class=\"badge {state}\">{state}</span> \
-                 · finished {finished}, after {duration}.</p>",
-                link = run_link(&last.id),
-                suite = esc(&last.suite),
-                state = last.state.as_str(),
-                finished = last
-                    .finished_at
-                    .map(|t| ago(t, d.now))
-                    .unwrap_or_else(|| "—".into()),
-                duration = last
-                    .duration_s
-                    .map(duration_text)
-                    .unwrap_or_else(|| "—".into()),
-            );
-            if let Some(message) = &last.message {
-                let _ = writeln!(html, "<p class=\"muted\">{}</p>", esc(message));
-            }
-        }
-        html.push_str("</section>\n");
-        return;
+    let (AgentState::Running, Some(id)) = (status.state, status.current_run.as_deref()) else {
+        return None;
     };
-    let pct = (status.progress.clamp(0.0, 1.0) * 100.0).round();
-    let _ = write!(
-        html,
-        "<dl class=\"facts\">\n<dt>Run</dt><dd>{link}</dd>\n<dt>Suite</dt><dd>{suite}</dd>\n\
-         <dt>Stage</dt><dd id=\"stage\">{stage}</dd>\n</dl>\n\
-         <div class=\"progress\" role=\"progressbar\" aria-valuemin=\"0\" aria-valuemax=\"100\" \
-         aria-valuenow=\"{pct}\"><div id=\"progress-bar\" style=\"width: {pct}%\"></div></div>\n\
-         <p><span id=\"progress-text\">{pct} %</span> \
-         <span id=\"progress-message\" class=\"muted\"></span></p>\n",
-        link = run_link(run_id),
-        suite = esc(status.current_suite.as_deref().unwrap_or("—")),
-        stage = esc(status.current_stage.as_deref().unwrap_or("starting")),
-    );
-    if let Some(record) = d.current.filter(|r| !r.stages.is_empty()) {
-        html.push_str(
-            "<table>\n<thead><tr><th>Stage</th><th>Verdict</th><th>Figures</th></tr></thead>\n<tbody>\n",
-        );
-        for stage in &record.stages {
-            let figures: Vec<String> = stage
+    let live_train = d
+        .live
+        .train
+        .back()
+        .filter(|_| d.live.run_id.as_deref() == Some(id));
+    let (epoch, elapsed, eta) = match live_train {
+        Some(p) => {
+            let eta = (p.global_step > 0 && p.planned_steps > p.global_step).then(|| {
+                let rate = p.global_step as f64 / p.elapsed_s.max(1e-9);
+                duration_text((p.planned_steps - p.global_step) as f64 / rate)
+            });
+            (
+                Some(format!("{} of {}", p.epoch, p.planned_epochs)),
+                Some(duration_text(p.elapsed_s)),
+                eta,
+            )
+        }
+        None => (None, None, None),
+    };
+    Some(Running {
+        id: id.to_string(),
+        suite: status.current_suite.clone().unwrap_or_else(|| "—".into()),
+        stage: status
+            .current_stage
+            .clone()
+            .unwrap_or_else(|| "starting".into()),
+        percent: format!("{:.0}", (status.progress.clamp(0.0, 1.0) * 100.0).round()),
+        epoch,
+        elapsed,
+        eta,
+        stages: d.current.map(|r| stage_rows(&r.stages)).unwrap_or_default(),
+    })
+}
+
+pub(super) fn stage_rows(stages: &[crate::record::StageResult]) -> Vec<StageRow> {
+    stages
+        .iter()
+        .map(|stage| StageRow {
+            name: stage.name.clone(),
+            verdict: stage.verdict.as_str().to_string(),
+            figures: stage
                 .metrics
                 .iter()
-                .map(|m| format!("{} {} {}", esc(&m.name), number(m.value), esc(&m.unit)))
-                .collect();
-            let _ = writeln!(
-                html,
-                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&stage.name),
-                verdict_badge(Some(stage.verdict.as_str())),
-                figures.join("<br>")
-            );
-        }
-        html.push_str("</tbody>\n</table>\n");
-    }
-    html.push_str("</section>\n");
+                .map(|m| format!("{} {} {}", m.name, number(m.value), m.unit))
+                .collect(),
+        })
+        .collect()
 }
 
-fn box_section(html: &mut String, hardware: &Value, sku: &str) {
-    html.push_str("<section id=\"box\">\n<h2>This box</h2>\n<dl class=\"facts\">\n");
-    let _ = write!(html, "<dt>SKU</dt><dd>{}", esc(sku));
-    if let Some(title) = hardware.get("sku_title").and_then(Value::as_str) {
-        let _ = write!(html, " <span class=\"muted\">({})</span>", esc(title));
+fn last_run(d: &PageData<'_>) -> Option<LastRun> {
+    if d.status.state == AgentState::Running {
+        return None;
     }
-    html.push_str("</dd>\n");
-    if let Some(verdict) = hardware.get("verdict").and_then(Value::as_str) {
-        let _ = writeln!(
-            html,
-            "<dt>Verdict</dt><dd>{}</dd>",
-            verdict_badge(Some(verdict))
-        );
+    let last = d.status.last_run.as_ref()?;
+    Some(LastRun {
+        id: last.id.clone(),
+        suite: last.suite.clone(),
+        state: last.state.as_str(),
+        finished: last
+            .finished_at
+            .map(|t| ago(t, d.now))
+            .unwrap_or_else(|| "—".into()),
+        duration: last
+            .duration_s
+            .map(duration_text)
+            .unwrap_or_else(|| "—".into()),
+        message: last.message.clone(),
+    })
+}
+
+/// A tile per GPU of the inventory, with its newest sample while a run goes.
+fn tiles(gpus: &[Value], live: &LiveRun, health: &HashMap<String, Verdict>) -> Vec<GpuTile> {
+    let latest = live.latest_sample();
+    gpus.iter()
+        .enumerate()
+        .map(|(position, gpu)| {
+            let text = |key: &str| gpu.get(key).map(|v| field_text(key, v));
+            let address = text("pci_address")
+                .or_else(|| text("address"))
+                .unwrap_or_default();
+            let index = gpu
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(position as u64);
+            let sample = latest.and_then(|s| {
+                s.sample
+                    .gpus
+                    .iter()
+                    .find(|g| !address.is_empty() && g.address.as_deref() == Some(address.as_str()))
+                    .or_else(|| s.sample.gpus.iter().find(|g| u64::from(g.index) == index))
+            });
+            GpuTile {
+                title: format!("GPU {index}"),
+                model: text("model")
+                    .or_else(|| text("name"))
+                    .unwrap_or_else(|| "unknown model".into()),
+                link: text("link").unwrap_or_else(|| "—".into()),
+                health: health
+                    .get(&address)
+                    .map(|v| v.as_str().to_string())
+                    .unwrap_or_else(|| "not checked".into()),
+                power: sample
+                    .and_then(|g| g.power_w)
+                    .map(|w| format!("{w:.0} W"))
+                    .unwrap_or_else(|| "—".into()),
+                temp: sample
+                    .and_then(|g| g.temp())
+                    .map(|t| format!("{:.0} °C", t.celsius))
+                    .unwrap_or_else(|| "—".into()),
+                address,
+            }
+        })
+        .collect()
+}
+
+/// Throughput, loss and top-1 of the training, and each GPU's power and temperature.
+fn live_figures(live: &LiveRun) -> Vec<SvgFigure> {
+    let mut figures = Vec::new();
+    if !live.train.is_empty() {
+        let steps = |f: fn(&crate::suite::event::TrainPoint) -> f64| {
+            live.train
+                .iter()
+                .map(|p| (p.global_step as f64, f(p)))
+                .collect::<Vec<_>>()
+        };
+        figures.push(page_svg::figure(
+            "throughput",
+            "img/s",
+            vec![Series {
+                label: "img/s".into(),
+                values: steps(|p| p.images_per_s),
+            }],
+        ));
+        figures.push(page_svg::figure(
+            "loss",
+            "",
+            vec![Series {
+                label: "loss".into(),
+                values: steps(|p| p.loss),
+            }],
+        ));
+        let evals: Vec<(f64, f64)> = live
+            .train
+            .iter()
+            .filter(|p| p.kind == TrainPointKind::Epoch)
+            .filter_map(|p| p.eval_accuracy.map(|a| (p.global_step as f64, a)))
+            .collect();
+        figures.push(page_svg::figure(
+            "top-1",
+            "",
+            vec![
+                Series {
+                    label: "train".into(),
+                    values: steps(|p| p.accuracy),
+                },
+                Series {
+                    label: "eval".into(),
+                    values: evals,
+                },
+            ],
+        ));
     }
-    let gpus = hardware.get("gpus").and_then(Value::as_array);
-    let _ = writeln!(
-        html,
-        "<dt>GPUs</dt><dd>{}</dd>",
-        gpus.map(|g| g.len().to_string())
-            .unwrap_or_else(|| "unknown".into())
-    );
-    if let Some(host) = hardware.get("host").and_then(Value::as_object) {
-        for (key, value) in host {
-            let _ = writeln!(
-                html,
-                "<dt>{}</dt><dd>{}</dd>",
-                esc(&label(key)),
-                esc(&field_text(key, value))
-            );
+    if !live.telemetry.is_empty() {
+        figures.push(per_gpu_figure(live, "power", "W", |g| g.power_w));
+        figures.push(per_gpu_figure(live, "temperature", "°C", |g| {
+            g.temp().map(|t| t.celsius)
+        }));
+    }
+    figures
+}
+
+fn per_gpu_figure(
+    live: &LiveRun,
+    title: &str,
+    unit: &str,
+    value: fn(&crate::runtime::telemetry::GpuSample) -> Option<f64>,
+) -> SvgFigure {
+    let mut series: Vec<Series> = Vec::new();
+    for timed in &live.telemetry {
+        for gpu in &timed.sample.gpus {
+            let Some(v) = value(gpu) else { continue };
+            let name = gpu.device();
+            let position = match series.iter().position(|s| s.label == name) {
+                Some(i) => i,
+                None => {
+                    series.push(Series {
+                        label: name,
+                        values: Vec::new(),
+                    });
+                    series.len() - 1
+                }
+            };
+            series[position].values.push((timed.sample.t_s, v));
         }
     }
-    html.push_str("</dl>\n");
-    if let Some(gpus) = gpus.filter(|g| !g.is_empty()) {
-        device_table(html, "GPUs", gpus, GPU_COLUMNS);
-    }
-    if let Some(drives) = hardware
-        .get("nvme")
-        .and_then(Value::as_array)
-        .filter(|d| !d.is_empty())
-    {
-        device_table(html, "NVMe drives", drives, NVME_COLUMNS);
-    }
-    let findings: Vec<&str> = hardware
-        .get("findings")
-        .and_then(Value::as_array)
-        .map(|f| f.iter().filter_map(Value::as_str).collect())
+    page_svg::figure(title, unit, series)
+}
+
+fn recent_train(live: &LiveRun) -> Vec<Vec<String>> {
+    live.train
+        .iter()
+        .rev()
+        .take(RECENT_ROWS)
+        .map(|p| {
+            vec![
+                p.epoch.to_string(),
+                p.global_step.to_string(),
+                format!("{:.4}", p.loss),
+                format!("{:.3}", p.accuracy),
+                p.eval_accuracy
+                    .map(|a| format!("{a:.3}"))
+                    .unwrap_or_else(|| "—".into()),
+                format!("{:.1}", p.images_per_s),
+                format!("{:.4}", p.lr),
+            ]
+        })
+        .collect()
+}
+
+fn recent_telemetry(live: &LiveRun) -> RecentTelemetry {
+    let gpus: Vec<String> = live
+        .telemetry
+        .back()
+        .map(|s| s.sample.gpus.iter().map(|g| g.device()).collect())
         .unwrap_or_default();
-    if !findings.is_empty() {
-        html.push_str("<h3>Findings</h3>\n<ul class=\"findings\">\n");
-        for finding in findings {
-            let _ = writeln!(html, "<li>{}</li>", esc(finding));
-        }
-        html.push_str("</ul>\n");
-    }
-    html.push_str("</section>\n");
+    let rows = live
+        .telemetry
+        .iter()
+        .rev()
+        .take(RECENT_ROWS)
+        .map(|s| {
+            let cells = gpus
+                .iter()
+                .map(|name| {
+                    let Some(g) = s.sample.gpus.iter().find(|g| &g.device() == name) else {
+                        return "—".to_string();
+                    };
+                    let part = |v: Option<f64>, unit: &str| {
+                        v.map(|v| format!("{v:.0} {unit}"))
+                            .unwrap_or_else(|| "—".into())
+                    };
+                    format!(
+                        "{} · {} · {} · {}",
+                        part(g.power_w, "W"),
+                        part(g.temp().map(|t| t.celsius), "°C"),
+                        part(g.sm_clock_mhz, "MHz"),
+                        part(g.util_percent, "%"),
+                    )
+                })
+                .collect();
+            (format!("{:.0} s", s.sample.t_s), cells)
+        })
+        .collect();
+    RecentTelemetry { gpus, rows }
 }
 
 /// A table of devices: the `preferred` columns the items have, or else every key
 /// they have.
-fn device_table(html: &mut String, title: &str, items: &[Value], preferred: &[&str]) {
+fn device_table(title: &str, items: &[Value], preferred: &[&str]) -> DeviceTable {
     let has = |key: &str| items.iter().any(|item| item.get(key).is_some());
     let mut columns: Vec<String> = preferred
         .iter()
@@ -229,268 +564,206 @@ fn device_table(html: &mut String, title: &str, items: &[Value], preferred: &[&s
         }
     }
     columns.truncate(MAX_COLUMNS);
-    let _ = write!(html, "<h3>{}</h3>\n<table>\n<thead><tr>", esc(title));
-    for column in &columns {
-        let _ = write!(html, "<th>{}</th>", esc(&label(column)));
-    }
-    html.push_str("</tr></thead>\n<tbody>\n");
-    for item in items {
-        html.push_str("<tr>");
-        if item.is_object() {
-            for column in &columns {
-                let text = item
-                    .get(column)
-                    .map(|v| field_text(column, v))
-                    .unwrap_or_default();
-                let _ = write!(html, "<td>{}</td>", esc(&text));
+    let rows = items
+        .iter()
+        .map(|item| {
+            if item.is_object() {
+                columns
+                    .iter()
+                    .map(|c| item.get(c).map(|v| field_text(c, v)).unwrap_or_default())
+                    .collect()
+            } else {
+                vec![value_text(item)]
             }
-        } else {
-            let _ = write!(
-                html,
-                "<td colspan=\"{}\">{}</td>",
-                columns.len().max(1),
-                esc(&value_text(item))
-            );
-        }
-        html.push_str("</tr>\n");
+        })
+        .collect();
+    DeviceTable {
+        title: title.to_string(),
+        columns: columns.iter().map(|c| label(c)).collect(),
+        rows,
     }
-    html.push_str("</tbody>\n</table>\n");
 }
 
-fn checks_section(html: &mut String, hardware: &Value) {
-    html.push_str("<section id=\"checks\">\n<h2>SKU checks</h2>\n");
-    let checks = hardware.get("checks").and_then(Value::as_array);
-    let Some(checks) = checks.filter(|c| !c.is_empty()) else {
-        html.push_str(
-            "<p class=\"muted\">No checks: the box was not recognised as a known SKU, \
-             or the inventory has not judged it.</p>\n</section>\n",
-        );
-        return;
-    };
+fn checks(hardware: &Value) -> Option<Checks> {
+    let checks = hardware.get("checks").and_then(Value::as_array)?;
+    if checks.is_empty() {
+        return None;
+    }
     let field = |check: &Value, key: &str| {
         check
             .get(key)
             .map(value_text)
             .unwrap_or_else(|| "—".to_string())
     };
-    let passed = checks
+    let rows: Vec<CheckRow> = checks
         .iter()
-        .filter(|c| c.get("verdict").and_then(Value::as_str) == Some("pass"))
-        .count();
-    let _ = writeln!(
-        html,
-        "<p>{passed} of {} checks pass.</p>\n<table>\n<thead><tr><th>Check</th><th>Subject</th>\
-         <th>Expected</th><th>Found</th><th>Verdict</th></tr></thead>\n<tbody>",
-        checks.len()
-    );
-    for check in checks {
-        let subject = check
-            .get("subject")
-            .filter(|s| !s.is_null())
-            .map(value_text)
-            .unwrap_or_default();
-        let _ = writeln!(
-            html,
-            "<tr{}><td>{}</td><td class=\"mono\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            if check.get("verdict").and_then(Value::as_str) == Some("fail") {
-                " class=\"failed\""
-            } else {
-                ""
-            },
-            esc(&field(check, "name")),
-            esc(&subject),
-            esc(&field(check, "expected")),
-            esc(&field(check, "found")),
-            verdict_badge(check.get("verdict").and_then(Value::as_str)),
-        );
-    }
-    html.push_str("</tbody>\n</table>\n</section>\n");
+        .map(|check| CheckRow {
+            name: field(check, "name"),
+            subject: check
+                .get("subject")
+                .filter(|s| !s.is_null())
+                .map(value_text)
+                .unwrap_or_default(),
+            expected: field(check, "expected"),
+            found: field(check, "found"),
+            verdict: check
+                .get("verdict")
+                .and_then(Value::as_str)
+                .unwrap_or("—")
+                .to_string(),
+        })
+        .collect();
+    Some(Checks {
+        passed: rows.iter().filter(|r| r.verdict == "pass").count(),
+        total: rows.len(),
+        rows,
+    })
 }
 
-fn history_section(html: &mut String, runs: &[RunBrief]) {
-    html.push_str("<section id=\"history\">\n<h2>History</h2>\n");
-    if runs.is_empty() {
-        html.push_str("<p class=\"muted\">No runs yet.</p>\n</section>\n");
-        return;
+fn history_row(run: &RunBrief) -> HistoryRow {
+    HistoryRow {
+        id: run.id.clone(),
+        suite: run.suite.clone(),
+        state: run.state.as_str(),
+        verdict: run
+            .verdict
+            .map(|v| v.as_str().to_string())
+            .unwrap_or_else(|| "—".into()),
+        trigger: run.trigger.as_str(),
+        started: run.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        duration: run
+            .duration_s
+            .map(duration_text)
+            .unwrap_or_else(|| "—".into()),
+        headline: run
+            .figures
+            .first()
+            .map(|f| format!("{} {} {}", f.name, number(f.value), f.unit))
+            .unwrap_or_default(),
     }
-    html.push_str(
-        "<table>\n<thead><tr><th>Run</th><th>Suite</th><th>State</th><th>Verdict</th>\
-         <th>Trigger</th><th>Started</th><th>Duration</th></tr></thead>\n<tbody>\n",
-    );
-    for run in runs {
-        let _ = writeln!(
-            html,
-            "<tr><td>{link}</td><td>{suite}</td><td><span class=\"badge {state}\">{state}</span></td>\
-             <td>{verdict}</td><td>{trigger}</td><td class=\"num\">{started}</td>\
-             <td class=\"num\">{duration}</td></tr>",
-            link = run_link(&run.id),
-            suite = esc(&run.suite),
-            state = run.state.as_str(),
-            verdict = verdict_badge(run.verdict.map(|v| v.as_str())),
-            trigger = run.trigger.as_str(),
-            started = run.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
-            duration = run
-                .duration_s
-                .map(duration_text)
+}
+
+/// The published results beside this box's best.
+pub(super) fn comparison(sku: &str, runs: &[RunBrief], prices: &Prices) -> Comparison {
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let mine = page_compare::box_figures(runs);
+    let box_price = prices.box_price(sku);
+    let minutes = mine
+        .time_to_train_min
+        .as_ref()
+        .map(|(m, _)| format!("{m:.2}"))
+        .or_else(|| {
+            mine.estimated_time_to_train_min
+                .as_ref()
+                .map(|(m, _)| format!("≈ {m:.1} (estimated)"))
+        })
+        .unwrap_or_else(|| "no run yet".into());
+    let img = mine.img_per_s.as_ref().map(|(v, _)| *v);
+    rows.push(ComparisonRow {
+        system: format!("this box ({sku})"),
+        accelerators: String::new(),
+        minutes,
+        img_per_s: img.map(|v| format!("{v:.0}")).unwrap_or_else(|| "—".into()),
+        per_kusd: match (img, box_price) {
+            (Some(v), Some(p)) => page_compare::img_per_s_per_kusd(v, p)
+                .map(|x| format!("{x:.1}"))
                 .unwrap_or_else(|| "—".into()),
-        );
+            _ => "—".into(),
+        },
+        energy: mine
+            .energy_kwh
+            .map(|kwh| {
+                format!(
+                    "{kwh:.2} kWh · ${:.2}",
+                    page_compare::energy_cost_usd(kwh, prices)
+                )
+            })
+            .unwrap_or_else(|| "—".into()),
+        this_box: true,
+    });
+    for r in page_compare::REFERENCES {
+        rows.push(ComparisonRow {
+            system: r.system.to_string(),
+            accelerators: r.accelerators.to_string(),
+            minutes: format!("{:.2}", r.minutes),
+            img_per_s: r
+                .img_per_s
+                .map(|v| format!("≈ {v:.0}"))
+                .unwrap_or_else(|| "—".into()),
+            per_kusd: match (r.img_per_s, r.list_price_usd) {
+                (Some(v), Some(p)) => page_compare::img_per_s_per_kusd(v, p)
+                    .map(|x| format!("{x:.1}"))
+                    .unwrap_or_else(|| "—".into()),
+                _ => "—".into(),
+            },
+            energy: r
+                .energy_mj
+                .map(|mj| {
+                    let kwh = mj / 3.6;
+                    format!(
+                        "{mj:.2} MJ ({kwh:.2} kWh) · ${:.2}",
+                        page_compare::energy_cost_usd(kwh, prices)
+                    )
+                })
+                .unwrap_or_else(|| "—".into()),
+            this_box: false,
+        });
     }
-    html.push_str("</tbody>\n</table>\n</section>\n");
+    match box_price {
+        Some(p) => notes.push(format!("box price ${p:.0}")),
+        None => notes.push("no box price: set box_price_usd in tinyperf.toml".into()),
+    }
+    notes.push(format!(
+        "electricity ${:.3}/kWh",
+        prices.electricity_usd_per_kwh
+    ));
+    Comparison { rows, notes }
 }
 
-fn run_link(id: &str) -> String {
-    let id = esc(id);
-    format!("<a class=\"mono\" href=\"/api/v1/runs/{id}\">{id}</a>")
-}
-
-fn verdict_badge(verdict: Option<&str>) -> String {
-    match verdict {
-        Some(v) => {
-            let v = esc(v);
-            format!("<span class=\"badge {v}\">{v}</span>")
-        }
-        None => "—".into(),
-    }
-}
-
-/// `pci_address` → `pci address`; `memory_bytes` → `memory`.
-fn label(key: &str) -> String {
-    key.strip_suffix("_bytes").unwrap_or(key).replace('_', " ")
-}
-
-/// A field's value as text: sizes in bytes (`*_bytes`) in binary units, PCIe links
-/// as `16.0 GT/s x16`, objects with a `state` as that state.
-fn field_text(key: &str, value: &Value) -> String {
-    match value {
-        Value::Number(n) if key.ends_with("_bytes") => {
-            n.as_f64().map(bytes_text).unwrap_or_else(|| n.to_string())
-        }
-        Value::Object(map) => link_text(map)
-            .or_else(|| map.get("state").and_then(Value::as_str).map(String::from))
-            .unwrap_or_else(|| value_text(value)),
-        _ => value_text(value),
-    }
-}
-
-/// A PCIe link object (`current_speed_gts`/`current_width`, or `speed_gts`/`width`),
-/// with its maximum when the link runs below it.
-fn link_text(map: &serde_json::Map<String, Value>) -> Option<String> {
-    let number = |a: &str, b: &str| map.get(a).or_else(|| map.get(b)).and_then(Value::as_f64);
-    let speed = number("current_speed_gts", "speed_gts")?;
-    let width = number("current_width", "width")?;
-    let mut text = format!("{speed:.1} GT/s x{width}");
-    let max_speed = number("max_speed_gts", "capable_speed_gts").unwrap_or(speed);
-    let max_width = number("max_width", "capable_width").unwrap_or(width);
-    if max_speed > speed || max_width > width {
-        text.push_str(&format!(" (max {max_speed:.1} GT/s x{max_width})"));
-    }
-    if let Some(limited_at) = map.get("limited_at").and_then(Value::as_str) {
-        text.push_str(&format!(", limited at {limited_at}"));
-    }
-    Some(text)
-}
-
-/// `137438953472` → `128 GiB`.
-fn bytes_text(n: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut value = n;
-    let mut unit = 0;
-    while value.abs() >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    let digits = if value.fract() == 0.0 || unit == 0 {
-        0
-    } else {
-        1
-    };
-    format!("{value:.digits$} {}", UNITS[unit])
-}
-
-/// A JSON value as one line of text.
-fn value_text(value: &Value) -> String {
-    match value {
-        Value::Null => "—".into(),
-        Value::Bool(b) => if *b { "yes" } else { "no" }.into(),
-        Value::Number(n) => n.as_f64().map(number).unwrap_or_else(|| n.to_string()),
-        Value::String(s) => s.clone(),
-        Value::Array(items) => items.iter().map(value_text).collect::<Vec<_>>().join(", "),
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| format!("{}: {}", label(k), value_text(v)))
-            .collect::<Vec<_>>()
-            .join(", "),
-    }
-}
-
-/// A figure with as many decimals as it needs, up to three.
-fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.0}")
-    } else {
-        let text = format!("{v:.3}");
-        text.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
-}
-
-fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
-    ((to - from).num_milliseconds() as f64 / 1000.0).max(0.0)
-}
-
-fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    format!("{} ago", duration_text(seconds_between(t, now)))
-}
-
-/// `4.2 s`, `3 min 05 s`, `2 h 07 min`, `3 d 4 h`.
-fn duration_text(seconds: f64) -> String {
-    if !seconds.is_finite() || seconds < 0.0 {
-        return "—".into();
-    }
-    if seconds < 60.0 {
-        return format!("{seconds:.1} s");
-    }
-    let total = seconds.round() as u64;
-    let (d, h, m, s) = (
-        total / 86_400,
-        total / 3600 % 24,
-        total / 60 % 60,
-        total % 60,
-    );
-    if d > 0 {
-        format!("{d} d {h} h")
-    } else if h > 0 {
-        format!("{h} h {m:02} min")
-    } else {
-        format!("{m} min {s:02} s")
-    }
-}
-
-/// Escapes text for HTML element content and quoted attribute values.
-pub fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+/// Each headline figure over the box's runs, oldest to newest.
+fn trends(runs: &[RunBrief]) -> Vec<SvgFigure> {
+    TREND_FIGURES
+        .iter()
+        .filter_map(|(name, title)| {
+            let mut by_suite: Vec<Series> = Vec::new();
+            let mut unit = String::new();
+            for run in runs.iter().rev() {
+                for f in run.figures.iter().filter(|f| f.name == *name) {
+                    unit.clone_from(&f.unit);
+                    let label = format!("{} {}", run.suite, f.stage);
+                    let x = run.started_at.timestamp() as f64;
+                    match by_suite.iter_mut().find(|s| s.label == label) {
+                        Some(s) => s.values.push((x, f.value)),
+                        None => by_suite.push(Series {
+                            label,
+                            values: vec![(x, f.value)],
+                        }),
+                    }
+                }
+            }
+            by_suite.retain(|s| s.values.len() >= 2);
+            (!by_suite.is_empty()).then(|| page_svg::figure(title, &unit, by_suite))
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{RunState, Trigger, Verdict};
+    use crate::agent::live::TimedSample;
+    use crate::record::{Figure, RunState, Trigger};
+    use crate::runtime::telemetry::{GpuSample, TelemetrySample, Temperature};
+    use crate::suite::event::TrainPoint;
     use serde_json::json;
+
+    const RUN: &str = "20261129-210512-3fa9c2";
+    const HOSTILE: &str = "<script>alert(\"x\")</script>'\"";
 
     fn status(state: AgentState) -> StatusSnapshot {
         StatusSnapshot {
             state,
-            current_run: (state == AgentState::Running).then(|| "20261129-210512-3fa9c2".into()),
+            current_run: (state == AgentState::Running).then(|| RUN.into()),
             current_suite: Some("acceptance".into()),
             current_stage: Some("gemm".into()),
             progress: 0.4,
@@ -519,6 +792,39 @@ mod tests {
         }
     }
 
+    fn page(
+        status: &StatusSnapshot,
+        hardware: &Value,
+        runs: &[RunBrief],
+        live: &LiveRun,
+    ) -> String {
+        render(&PageData {
+            status,
+            hardware,
+            history: &history_parts(&status.sku, runs, runs, &Prices::default()),
+            current: None,
+            live,
+            health: &HashMap::new(),
+            charts: true,
+            now: Utc::now(),
+        })
+    }
+
+    /// Every `<script` in the page is one of the agent's own script tags.
+    fn only_own_scripts(html: &str) {
+        for (at, _) in html.match_indices("<script") {
+            let tag = &html[at..html[at..].find('>').map(|e| at + e).unwrap_or(html.len())];
+            assert!(
+                tag.starts_with("<script src=\"/static/"),
+                "foreign script: {tag}"
+            );
+        }
+        assert!(
+            !html.contains(" style=\""),
+            "an inline style would be refused by the policy"
+        );
+    }
+
     #[test]
     fn renders_box_checks_gpus_and_history_escaped() {
         let hardware = json!({
@@ -531,34 +837,32 @@ mod tests {
             "checks": [
                 {"name": "gpu_count", "subject": null, "expected": "6", "found": "2", "verdict": "fail"},
                 {"name": "pcie_width", "subject": "0000:41:00.0", "expected": "x16", "found": "x16", "verdict": "pass"},
-                {"name": "weird"}
+                {"name": "weird", "found": HOSTILE}
             ],
-            "findings": ["no <NVML>"]
+            "findings": [HOSTILE]
         });
+        let mut st = status(AgentState::Idle);
+        let mut last = brief("r1", HOSTILE);
+        last.suite = "smoke".into();
+        st.last_run = Some(last);
         let runs = vec![brief("r1", "x")];
-        let st = status(AgentState::Idle);
-        let html = render(&PageData {
-            status: &st,
-            hardware: &hardware,
-            runs: &runs,
-            current: None,
-            now: Utc::now(),
-        });
-        assert!(html.contains("box&lt;1&gt;"));
-        assert!(html.contains("EPYC &amp; co"));
+        let html = page(&st, &hardware, &runs, &LiveRun::default());
+        assert!(html.contains("box&#60;1&#62;"));
+        assert!(html.contains("EPYC &#38; co"));
         assert!(html.contains("<dt>memory</dt><dd>128 GiB</dd>"));
-        assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+        assert!(html.contains("&#60;img src=x onerror=alert(1)&#62;"));
         assert!(!html.contains("<img"));
         assert!(html.contains("odd entry"));
         assert!(html.contains("speed: 16 GT/s, width: 16"));
         assert!(html.contains("1 of 3 checks pass."));
-        assert!(html.contains("<td>x16</td>"));
-        assert!(html.contains("no &lt;NVML&gt;"));
-        assert!(html.contains("href=\"/api/v1/runs/r1\""));
-        assert!(html.contains("inventory&lt;b&gt;"));
+        assert!(html.contains("href=\"/runs/r1\""));
+        assert!(html.contains("inventory&#60;b&#62;"));
         assert!(html.contains("1 min 15 s"));
         assert!(html.contains("up 1 h 02 min"));
         assert!(html.contains("Idle: no run in progress."));
+        assert!(html.contains("&#60;script&#62;alert(&#34;x&#34;)"));
+        assert!(!html.contains("alert(\"x\")"), "quotes in data are escaped");
+        only_own_scripts(&html);
     }
 
     #[test]
@@ -569,19 +873,14 @@ mod tests {
             json!({"gpus": 3, "checks": "none", "host": []}),
         ] {
             let st = status(AgentState::Running);
-            let html = render(&PageData {
-                status: &st,
-                hardware: &hardware,
-                runs: &[],
-                current: None,
-                now: Utc::now(),
-            });
+            let html = page(&st, &hardware, &[], &LiveRun::default());
             assert!(html.contains("<dt>GPUs</dt><dd>unknown</dd>"));
             assert!(html.contains("No checks"));
             assert!(html.contains("No runs yet."));
-            assert!(html.contains("id=\"progress-bar\" style=\"width: 40%\""));
-            assert!(html.contains("data-run=\"20261129-210512-3fa9c2\""));
-            assert!(html.ends_with("</html>\n"));
+            assert!(html.contains("<progress id=\"progress-bar\" max=\"100\" value=\"40\">"));
+            assert!(html.contains(&format!("data-run=\"{RUN}\"")));
+            assert!(html.contains("The inventory found no GPU."));
+            assert!(html.trim_end().ends_with("</html>"));
         }
     }
 
@@ -592,14 +891,12 @@ mod tests {
             .join("tests/fixtures/red-link-x8-behind-switch");
         let report = crate::inventory::take(&root, None, false);
         let hardware = serde_json::to_value(&report).unwrap();
-        let st = status(AgentState::Idle);
-        let html = render(&PageData {
-            status: &st,
-            hardware: &hardware,
-            runs: &[],
-            current: None,
-            now: Utc::now(),
-        });
+        let html = page(
+            &status(AgentState::Idle),
+            &hardware,
+            &[],
+            &LiveRun::default(),
+        );
         let gpu_table = html
             .split("<h3>GPUs</h3>")
             .nth(1)
@@ -607,6 +904,7 @@ mod tests {
             .expect("a GPU table");
         assert_eq!(gpu_table.matches("<tr>").count(), 7, "{gpu_table}");
         assert_eq!(gpu_table.matches("<td>Radeon RX 7900 XTX</td>").count(), 6);
+        assert_eq!(html.matches("<div class=\"tile\"").count(), 6);
         assert!(html.contains("<td>24.0 GiB</td>"));
         assert!(html.contains("16.0 GT/s x16"));
         assert!(html.contains("<th>path link</th>"));
@@ -620,41 +918,111 @@ mod tests {
         assert!(html.contains(&format!("{passed} of {} checks pass.", checks.len())));
     }
 
-    #[test]
-    fn links_read_as_speed_and_width() {
-        let link = json!({"current_speed_gts": 16.0, "current_width": 8, "max_speed_gts": 16.0, "max_width": 16});
-        assert_eq!(
-            field_text("link", &link),
-            "16.0 GT/s x8 (max 16.0 GT/s x16)"
-        );
-        let path =
-            json!({"speed_gts": 32.0, "width": 16, "capable_speed_gts": 32.0, "limited_at": null});
-        assert_eq!(field_text("path_link", &path), "32.0 GT/s x16");
-        let narrowed = json!({"speed_gts": 16.0, "width": 8, "limited_at": "0000:41:00.0"});
-        assert_eq!(
-            field_text("path_link", &narrowed),
-            "16.0 GT/s x8, limited at 0000:41:00.0"
-        );
-        let rebar = json!({"state": "off", "basis": "BAR0 is 256 MiB"});
-        assert_eq!(field_text("resizable_bar", &rebar), "off");
+    fn train_point(step: u64, kind: TrainPointKind) -> TrainPoint {
+        TrainPoint {
+            stage: "smoke".into(),
+            kind,
+            epoch: 2,
+            planned_epochs: 10,
+            global_step: step,
+            planned_steps: 100,
+            loss: 2.0 / (step as f64 + 1.0),
+            accuracy: 0.5,
+            images_per_s: 1000.0 + step as f64,
+            lr: 0.1,
+            eval_accuracy: (kind == TrainPointKind::Epoch).then_some(0.6),
+            elapsed_s: step as f64,
+        }
     }
 
     #[test]
-    fn durations_and_numbers_read_well() {
-        assert_eq!(duration_text(4.24), "4.2 s");
-        assert_eq!(duration_text(185.0), "3 min 05 s");
-        assert_eq!(duration_text(7620.0), "2 h 07 min");
-        assert_eq!(duration_text(273_600.0), "3 d 4 h");
-        assert_eq!(bytes_text(137_438_953_472.0), "128 GiB");
-        assert_eq!(bytes_text(25_757_220_864.0), "24.0 GiB");
-        assert_eq!(bytes_text(512.0), "512 B");
-        assert_eq!(label("memory_bytes"), "memory");
-        assert_eq!(number(6.0), "6");
-        assert_eq!(number(12.3456), "12.346");
-        assert_eq!(number(0.5), "0.5");
-        assert_eq!(
-            esc("<a href='x'>&\"</a>"),
-            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
+    fn a_run_in_progress_shows_its_epoch_time_left_tiles_and_figures() {
+        let mut live = LiveRun::default();
+        live.begin(RUN);
+        for step in 1..=20 {
+            let kind = if step % 10 == 0 {
+                TrainPointKind::Epoch
+            } else {
+                TrainPointKind::Step
+            };
+            live.add_train(train_point(step, kind));
+            live.add_sample(TimedSample {
+                at: Utc::now(),
+                sample: TelemetrySample {
+                    t_s: step as f64,
+                    gpus: vec![GpuSample {
+                        index: 0,
+                        address: Some("0000:41:00.0".into()),
+                        power_w: Some(300.0 + step as f64),
+                        temperatures: vec![Temperature {
+                            label: "edge".into(),
+                            celsius: 61.0,
+                            limit_c: Some(100.0),
+                        }],
+                        sm_clock_mhz: Some(2500.0),
+                        util_percent: Some(99.0),
+                        ..GpuSample::default()
+                    }],
+                    cpu_temp_c: None,
+                },
+            });
+        }
+        let hardware = json!({"gpus": [{"index": 0, "model": "GeForce RTX 4090", "pci_address": "0000:41:00.0",
+            "link": {"current_speed_gts": 16.0, "current_width": 16}}]});
+        let mut health = HashMap::new();
+        health.insert("0000:41:00.0".to_string(), Verdict::Pass);
+        let st = status(AgentState::Running);
+        let html = render(&PageData {
+            status: &st,
+            hardware: &hardware,
+            history: &history_parts(&st.sku, &[], &[], &Prices::default()),
+            current: None,
+            live: &live,
+            health: &health,
+            charts: false,
+            now: Utc::now(),
+        });
+        assert!(html.contains("<dd id=\"epoch\">2 of 10</dd>"), "{html}");
+        // 20 steps in 20 s, 80 to go.
+        assert!(html.contains("<dd id=\"eta\">≈ 1 min 20 s</dd>"));
+        assert!(html.contains("<dd class=\"tile-power\">320 W</dd>"));
+        assert!(html.contains("<dd class=\"tile-temp\">61 °C</dd>"));
+        assert!(html.contains("<span class=\"badge pass\">pass</span>"));
+        assert!(html.contains("16.0 GT/s x16"));
+        for title in ["throughput", "loss", "top-1", "power", "temperature"] {
+            assert!(html.contains(&format!("<figcaption>{title}")), "{title}");
+        }
+        assert_eq!(html.matches("<polyline").count(), 6);
+        assert!(html.contains("id=\"recent-train\""));
+        assert!(html.contains("320 W · 61 °C · 2500 MHz · 99 %"));
+        assert!(html.contains("not implemented in this build"));
+        assert!(!html.contains("uplot.min.js"));
+    }
+
+    #[test]
+    fn comparisons_put_this_box_beside_mlperf_and_price_it() {
+        let mut run = brief("a1", "");
+        run.suite = "acceptance".into();
+        run.figures = vec![Figure {
+            stage: "train-throughput".into(),
+            name: "img_per_s".into(),
+            value: 5000.0,
+            unit: "img/s".into(),
+        }];
+        let mut older = run.clone();
+        older.id = "a0".into();
+        older.figures[0].value = 4800.0;
+        let runs = vec![run, older];
+        let html = page(
+            &status(AgentState::Idle),
+            &json!({}),
+            &runs,
+            &LiveRun::default(),
         );
+        assert!(html.contains("<td>this box (tinybox-green)</td>"));
+        assert!(html.contains("<td class=\"num\">5000</td><td class=\"num\">200.0</td>"));
+        assert!(html.contains("122.08") && html.contains("167.15") && html.contains("13.43"));
+        assert!(html.contains("5.67 MJ (1.57 kWh) · $0.24"));
+        assert!(html.contains("<figcaption>training throughput (img/s)"));
     }
 }

@@ -6,6 +6,7 @@
 
 use hyper::{Method, StatusCode};
 
+use super::page_static::Asset;
 use super::response::ApiError;
 use crate::record::store::is_valid_run_id;
 
@@ -13,6 +14,8 @@ use crate::record::store::is_valid_run_id;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     Page,
+    RunPage(String),
+    Static(Asset),
     Status,
     Hardware,
     Live,
@@ -32,6 +35,8 @@ pub enum Endpoint {
 #[cfg(test)]
 pub const ROUTES: &[(&str, &[Method])] = &[
     ("/", GET),
+    ("/runs/{id}", GET),
+    ("/static/{asset}", GET),
     ("/api/v1/status", GET),
     ("/api/v1/hardware", GET),
     ("/api/v1/live", GET),
@@ -63,7 +68,20 @@ impl Endpoint {
             "/api/v1/openapi.json" => Endpoint::OpenApi,
             "/metrics" => Endpoint::Metrics,
             "/healthz" => Endpoint::Healthz,
-            _ => return Endpoint::run_path(path),
+            _ => {
+                if let Some(name) = path.strip_prefix("/static/") {
+                    return Asset::from_name(name)
+                        .map(Endpoint::Static)
+                        .ok_or_else(|| no_route(path));
+                }
+                if let Some(id) = path.strip_prefix("/runs/") {
+                    if !is_valid_run_id(id) {
+                        return Err(invalid_run_id(id));
+                    }
+                    return Ok(Endpoint::RunPage(id.to_string()));
+                }
+                return Endpoint::run_path(path);
+            }
         };
         Ok(endpoint)
     }
@@ -146,6 +164,25 @@ mod tests {
     fn fixed_paths_and_run_paths_match() {
         assert_eq!(Endpoint::from_path("/").unwrap(), Endpoint::Page);
         assert_eq!(Endpoint::from_path("/healthz").unwrap(), Endpoint::Healthz);
+        assert_eq!(
+            Endpoint::from_path("/runs/20261129-210512-3fa9c2").unwrap(),
+            Endpoint::RunPage("20261129-210512-3fa9c2".into())
+        );
+        assert_eq!(
+            Endpoint::from_path("/static/uplot.min.js").unwrap(),
+            Endpoint::Static(Asset::UplotJs)
+        );
+        for path in ["/static/../page.js", "/static/", "/static/other.js"] {
+            assert_eq!(
+                Endpoint::from_path(path).unwrap_err().status,
+                StatusCode::NOT_FOUND,
+                "{path}"
+            );
+        }
+        assert_eq!(
+            Endpoint::from_path("/runs/..").unwrap_err().code,
+            "invalid_run_id"
+        );
         let id = "20261129-210512-3fa9c2";
         assert_eq!(
             Endpoint::from_path(&format!("/api/v1/runs/{id}")).unwrap(),
@@ -196,7 +233,9 @@ mod tests {
     #[test]
     fn route_table_agrees_with_the_matcher() {
         for (template, methods) in ROUTES {
-            let path = template.replace("{id}", "20261129-210512-3fa9c2");
+            let path = template
+                .replace("{id}", "20261129-210512-3fa9c2")
+                .replace("{asset}", "page.js");
             let endpoint = Endpoint::from_path(&path).unwrap();
             assert_eq!(endpoint.methods(), *methods, "{template}");
         }

@@ -1,0 +1,301 @@
+//! The tinybox's front display: the agent shows the state and the headline figure of
+//! the current or last run on it.
+//!
+//! tinyos's display service listens on a Unix stream socket (`/run/tinybox-screen.sock`)
+//! and reads one newline-terminated command per connection, `text,<line>,<line>…`
+//! (commas part the lines it centres on the screen). The agent writes only when the
+//! socket exists, from a task of its own, with a short bound on connecting and writing,
+//! so a display that is missing, stuck or broken costs a log line, never the agent.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::time::{timeout, Instant};
+
+use super::events::AgentEvent;
+use super::handle::{AgentHandle, AgentState, StatusSnapshot};
+use crate::record::RunBrief;
+
+/// How long connecting to the display and writing one command may take.
+const SEND_BOUND: Duration = Duration::from_secs(1);
+/// The fewest seconds between two updates while a run goes (progress moves often).
+const MIN_UPDATE_INTERVAL: Duration = Duration::from_secs(2);
+/// Characters per line: the display's mono font fits about this many.
+const MAX_LINE_CHARS: usize = 24;
+/// Figures a run's headline is taken from, in order of preference.
+const HEADLINE: &[&str] = &[
+    "img_per_s",
+    "estimated_time_to_train_min",
+    "time_to_target_s",
+    "busbw_gbps",
+    "gflops_sustained",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum DisplayError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: the display took longer than {bound:?}")]
+    TimedOut { path: PathBuf, bound: Duration },
+}
+
+/// Follows the agent's events and keeps the display current, forever.
+pub fn spawn(handle: AgentHandle, socket: PathBuf) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut events = handle.subscribe();
+        let mut shown = String::new();
+        let mut last_sent = Instant::now() - MIN_UPDATE_INTERVAL;
+        let mut warned = false;
+        // The last run is shown as soon as the agent starts.
+        let mut first = true;
+        loop {
+            let urgent = if std::mem::take(&mut first) {
+                true
+            } else {
+                match events.recv().await {
+                    Ok(event) => !matches!(
+                        event,
+                        AgentEvent::Progress { .. }
+                            | AgentEvent::Telemetry { .. }
+                            | AgentEvent::Train { .. }
+                    ),
+                    Err(RecvError::Lagged(_)) => true,
+                    Err(RecvError::Closed) => return,
+                }
+            };
+            let command = command(&handle.status(), latest_rate(&handle));
+            if command == shown || (!urgent && last_sent.elapsed() < MIN_UPDATE_INTERVAL) {
+                continue;
+            }
+            if !socket.exists() {
+                continue;
+            }
+            match send(&socket, &command).await {
+                Ok(()) => {
+                    shown = command;
+                    last_sent = Instant::now();
+                    warned = false;
+                }
+                // One warning per failing spell, not one per event.
+                Err(e) if !warned => {
+                    tracing::warn!(error = %e, "cannot update the front display");
+                    warned = true;
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot update the front display"),
+            }
+        }
+    })
+}
+
+/// Writes one command line to the display's socket, within [`SEND_BOUND`].
+pub async fn send(socket: &Path, command: &str) -> Result<(), DisplayError> {
+    let io = |source| DisplayError::Io {
+        path: socket.to_path_buf(),
+        source,
+    };
+    let attempt = async {
+        let mut stream = UnixStream::connect(socket).await.map_err(io)?;
+        stream
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .map_err(io)?;
+        stream.shutdown().await.map_err(io)
+    };
+    timeout(SEND_BOUND, attempt)
+        .await
+        .map_err(|_| DisplayError::TimedOut {
+            path: socket.to_path_buf(),
+            bound: SEND_BOUND,
+        })?
+}
+
+/// The training throughput of the run in progress, from its live figures.
+fn latest_rate(handle: &AgentHandle) -> Option<f64> {
+    handle.with_live(|live| {
+        live.train
+            .back()
+            .filter(|_| live.running)
+            .map(|p| p.images_per_s)
+    })
+}
+
+/// What the display shows: a run in progress with its stage, progress and
+/// throughput; else the last run's suite, state and headline figure.
+pub fn command(status: &StatusSnapshot, rate: Option<f64>) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    match (status.state, &status.current_suite) {
+        (AgentState::Running, suite) => {
+            lines.push(format!(
+                "{} {:.0}%",
+                suite.as_deref().unwrap_or("run").to_uppercase(),
+                status.progress.clamp(0.0, 1.0) * 100.0
+            ));
+            if let Some(stage) = &status.current_stage {
+                lines.push(stage.clone());
+            }
+            if let Some(rate) = rate.filter(|r| r.is_finite()) {
+                lines.push(format!("{rate:.0} img/s"));
+            }
+        }
+        (AgentState::Idle, _) => match &status.last_run {
+            Some(last) => {
+                lines.push(format!(
+                    "{} {}",
+                    last.suite.to_uppercase(),
+                    last.state.as_str().to_uppercase()
+                ));
+                if let Some(figure) = headline(last) {
+                    lines.push(figure);
+                }
+            }
+            None => lines.push("TINYPERF IDLE".into()),
+        },
+    }
+    let lines: Vec<String> = lines.iter().map(|l| clean(l)).collect();
+    format!("text,{}", lines.join(","))
+}
+
+/// The run's headline figure as a short line: `6350 img/s`.
+fn headline(run: &RunBrief) -> Option<String> {
+    let figure = HEADLINE
+        .iter()
+        .find_map(|name| run.figures.iter().find(|f| f.name == *name))
+        .or_else(|| run.figures.first())?;
+    let value = if figure.value.abs() >= 100.0 {
+        format!("{:.0}", figure.value)
+    } else {
+        format!("{:.2}", figure.value)
+    };
+    Some(format!("{value} {}", figure.unit))
+}
+
+/// A line the protocol can carry: no comma (it parts lines), no control character
+/// (a newline ends the command), and short enough for the screen.
+fn clean(line: &str) -> String {
+    line.chars()
+        .map(|c| if c == ',' || c.is_control() { ' ' } else { c })
+        .take(MAX_LINE_CHARS)
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Figure, RunState, Trigger};
+    use chrono::Utc;
+    use tokio::io::AsyncReadExt;
+    use tokio::net::UnixListener;
+
+    fn status(state: AgentState) -> StatusSnapshot {
+        StatusSnapshot {
+            state,
+            current_run: None,
+            current_suite: Some("smoke".into()),
+            current_stage: Some("train, then\neval".into()),
+            progress: 0.42,
+            last_run: None,
+            unsaved_runs: Vec::new(),
+            sku: "tinybox-green".into(),
+            version: "0".into(),
+            agent_started_at: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn the_command_names_the_run_and_its_headline() {
+        assert_eq!(
+            command(&status(AgentState::Running), Some(6350.4)),
+            "text,SMOKE 42%,train  then eval,6350 img/s"
+        );
+        let mut idle = status(AgentState::Idle);
+        assert_eq!(command(&idle, None), "text,TINYPERF IDLE");
+        idle.last_run = Some(RunBrief {
+            id: "r".into(),
+            suite: "acceptance".into(),
+            state: RunState::Passed,
+            verdict: None,
+            trigger: Trigger::Boot,
+            started_at: Utc::now(),
+            finished_at: None,
+            duration_s: None,
+            message: None,
+            stages: Vec::new(),
+            figures: vec![
+                Figure {
+                    stage: "cpu-gemm".into(),
+                    name: "gflops_sustained".into(),
+                    value: 812.0,
+                    unit: "GFLOP/s".into(),
+                },
+                Figure {
+                    stage: "train-throughput".into(),
+                    name: "img_per_s".into(),
+                    value: 6351.2,
+                    unit: "img/s".into(),
+                },
+            ],
+            findings: Vec::new(),
+        });
+        assert_eq!(command(&idle, None), "text,ACCEPTANCE PASSED,6351 img/s");
+    }
+
+    #[tokio::test]
+    async fn a_command_reaches_a_real_socket_as_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("screen.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let reader = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut text = String::new();
+            stream.read_to_string(&mut text).await.unwrap();
+            text
+        });
+        send(&path, "text,SMOKE 42%,train").await.unwrap();
+        assert_eq!(reader.await.unwrap(), "text,SMOKE 42%,train\n");
+    }
+
+    #[tokio::test]
+    async fn a_missing_or_broken_display_is_an_error_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = std::time::Instant::now();
+        let missing = send(&dir.path().join("absent.sock"), "text,x").await;
+        assert!(
+            matches!(missing, Err(DisplayError::Io { .. })),
+            "{missing:?}"
+        );
+        let file = dir.path().join("plain-file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(send(&file, "text,x").await.is_err());
+        // A socket bound but never listened on refuses the connection.
+        let bound = dir.path().join("bound.sock");
+        let _socket = std::os::unix::net::UnixDatagram::bind(&bound).unwrap();
+        assert!(send(&bound, "text,x").await.is_err());
+        assert!(started.elapsed() < SEND_BOUND * 3);
+    }
+
+    #[tokio::test]
+    async fn a_display_that_never_reads_costs_at_most_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stuck.sock");
+        // Listening with a backlog of one and never accepting: the first client fills
+        // the queue, the next connects or waits, and none is ever read.
+        let socket = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let started = std::time::Instant::now();
+        let long = "x".repeat(4 << 20);
+        let result = send(&path, &long).await;
+        assert!(
+            matches!(result, Err(DisplayError::TimedOut { .. })),
+            "{result:?}"
+        );
+        assert!(started.elapsed() < SEND_BOUND * 3);
+        drop(socket);
+    }
+}
