@@ -66,7 +66,8 @@ struct EmulatedDevice {
 }
 
 impl EmulatedDevice {
-    fn build() -> EmulatedDevice {
+    /// `defines` are extra `-D` options of the host build.
+    fn build(defines: &[&str]) -> EmulatedDevice {
         let dir = tempfile::tempdir().unwrap();
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu");
         let list: String = KERNEL_NAMES.iter().map(|n| format!("K({n}) ")).collect();
@@ -99,6 +100,7 @@ impl EmulatedDevice {
                 "-include",
             ])
             .arg(fixtures.join("emulated_device.h"))
+            .args(defines.iter().map(|d| format!("-D{d}")))
             .arg(&source)
             .arg("-o")
             .arg(&library)
@@ -132,7 +134,16 @@ impl EmulatedDevice {
     fn shared() -> Arc<EmulatedDevice> {
         static DEVICE: OnceLock<Arc<EmulatedDevice>> = OnceLock::new();
         DEVICE
-            .get_or_init(|| Arc::new(EmulatedDevice::build()))
+            .get_or_init(|| Arc::new(EmulatedDevice::build(&[])))
+            .clone()
+    }
+
+    /// One whose kernels take the tensor-core path a GPU from Ampere on compiles, with
+    /// each warp's mma.sync product done on the host.
+    fn with_tensor_cores() -> Arc<EmulatedDevice> {
+        static DEVICE: OnceLock<Arc<EmulatedDevice>> = OnceLock::new();
+        DEVICE
+            .get_or_init(|| Arc::new(EmulatedDevice::build(&["EMULATED_MMA_SYNC"])))
             .clone()
     }
 }
@@ -771,4 +782,233 @@ fn gpus_pulsed_together_all_finish_even_when_one_cannot_load_on_an_emulated_devi
         "{:?}",
         started.elapsed()
     );
+}
+
+mod implicit_gemm_convolution {
+    use super::*;
+    use tinyperf::engine::backend::gpu::options::{ConvAlgorithm, ConvPath, GpuOptions};
+    use tinyperf::engine::backend::Conv2dParams;
+
+    fn on(device: Arc<EmulatedDevice>, conv: ConvAlgorithm) -> GpuBackend {
+        let options = GpuOptions {
+            conv,
+            ..GpuOptions::default()
+        };
+        GpuBackend::with_options(device, options)
+    }
+
+    fn backend(conv: ConvAlgorithm) -> GpuBackend {
+        on(EmulatedDevice::shared(), conv)
+    }
+
+    /// Every distinct convolution of ResNet-50 v1.5 (the stride on the bottleneck's 3×3)
+    /// with its real kernel, stride, padding and channel counts, at batch 2 on a few
+    /// pixels: (kernel, stride, in_c, out_c, input side). The side keeps each stage's
+    /// stride-2 windows overlapping the padding and the image edge as they do at 224².
+    const RESNET50: &[(usize, usize, usize, usize, usize)] = &[
+        // The stem, at 32² so that its filter gradient's depth is split.
+        (7, 2, 3, 64, 32),
+        // 1×1 at stride 1: a plain GEMM whatever the switch, checked all the same.
+        (1, 1, 64, 64, 5),
+        (1, 1, 64, 256, 5),
+        (1, 1, 256, 64, 5),
+        (1, 1, 256, 128, 5),
+        (1, 1, 128, 512, 5),
+        (1, 1, 512, 128, 5),
+        (1, 1, 512, 256, 5),
+        (1, 1, 256, 1024, 5),
+        (1, 1, 1024, 256, 5),
+        (1, 1, 1024, 512, 5),
+        (1, 1, 512, 2048, 3),
+        (1, 1, 2048, 512, 3),
+        // The 3×3 of each stage, and the first block's strided one of stages 2 to 4.
+        (3, 1, 64, 64, 5),
+        (3, 1, 128, 128, 5),
+        (3, 1, 256, 256, 5),
+        (3, 1, 512, 512, 3),
+        (3, 2, 128, 128, 6),
+        (3, 2, 256, 256, 6),
+        (3, 2, 512, 512, 6),
+        // The projection shortcuts: 1×1 at stride 1 (stage 1), then at stride 2.
+        (1, 2, 256, 512, 6),
+        (1, 2, 512, 1024, 6),
+        (1, 2, 1024, 2048, 6),
+    ];
+
+    fn shapes() -> Vec<(String, Conv2dParams)> {
+        RESNET50
+            .iter()
+            .map(|&(k, stride, in_c, out_c, side)| {
+                (
+                    format!("{k}x{k} s{stride} {in_c}→{out_c}"),
+                    Conv2dParams {
+                        batch: 2,
+                        in_h: side,
+                        in_w: side,
+                        in_c,
+                        out_c,
+                        kernel_h: k,
+                        kernel_w: k,
+                        stride,
+                        padding: k / 2,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_resnet50_convolution_by_implicit_gemm_matches_the_cpu_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let gpu = backend(ConvAlgorithm::ImplicitGemm);
+        assert_eq!(gpu.conv_path(), ConvPath::ImplicitGemm);
+        let shapes = shapes();
+        let exact = Tolerances {
+            exact: 1e-5,
+            gemm: 1e-5,
+        };
+        let results =
+            crosscheck::check_convolutions(&gpu, &CpuBackend::new(), 50, exact, &shapes).unwrap();
+        assert_eq!(results.len(), 3 * shapes.len());
+        assert_all_passed("f32", &results);
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
+            let results = crosscheck::check_convolutions(
+                &gpu.with_precision(precision),
+                &reference,
+                50,
+                Tolerances::sixteen_bit(precision),
+                &shapes,
+            )
+            .unwrap();
+            assert_eq!(results.len(), 3 * shapes.len());
+            assert_all_passed(precision.name(), &results);
+        }
+        let launched = device.launches.lock().unwrap().clone();
+        for pass in ["forward", "backward_data", "backward_filter"] {
+            for suffix in ["", "_f16", "_bf16"] {
+                let kernel = format!("conv_implicit_{pass}{suffix}");
+                assert!(launched.contains(&kernel), "{kernel} never ran");
+            }
+        }
+        assert!(
+            launched.contains("conv_split_sum"),
+            "no split filter gradient"
+        );
+    }
+
+    #[test]
+    fn every_resnet50_convolution_on_tensor_cores_matches_the_cpu_in_16_bits_on_an_emulated_device()
+    {
+        // The mma.sync fragments' own layout of the tiles and of the sums, on one shape
+        // of each kind (every warp's share of a whole tile and of edge tiles, a split
+        // filter gradient): the addressing is the portable path's, checked above on all.
+        let shapes: Vec<_> = shapes()
+            .into_iter()
+            .filter(|(label, _)| {
+                [
+                    "7x7 s2 3→64",
+                    "3x3 s1 64→64",
+                    "3x3 s2 128→128",
+                    "1x1 s2 256→512",
+                ]
+                .contains(&label.as_str())
+            })
+            .collect();
+        assert_eq!(shapes.len(), 4);
+        let gpu = on(
+            EmulatedDevice::with_tensor_cores(),
+            ConvAlgorithm::ImplicitGemm,
+        );
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
+            let results = crosscheck::check_convolutions(
+                &gpu.with_precision(precision),
+                &reference,
+                51,
+                Tolerances::sixteen_bit(precision),
+                &shapes,
+            )
+            .unwrap();
+            assert_eq!(results.len(), 3 * shapes.len());
+            assert_all_passed(precision.name(), &results);
+        }
+    }
+
+    #[test]
+    fn the_bounds_fail_a_convolution_that_reads_the_neighbouring_pixel() {
+        // A kernel off by one pixel in its addressing computes the convolution of the
+        // input shifted by one column; on random inputs that lies far outside every
+        // bound above (1e-5 in f32, 2⁻⁶ in bf16).
+        use tinyperf::engine::Backend;
+        let cpu = CpuBackend::new();
+        for (label, p) in shapes().into_iter().filter(|(_, p)| p.kernel_h > 1) {
+            let x: Vec<f32> = (0..p.input_len())
+                .map(|i| ((i * 7919 % 1009) as f32) / 504.5 - 1.0)
+                .collect();
+            let c = p.in_c;
+            let shifted: Vec<f32> = (0..p.input_len())
+                .map(|i| {
+                    let column = (i / c) % p.in_w;
+                    if column + 1 < p.in_w {
+                        x[i + c]
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let w: Vec<f32> = (0..p.weight_len())
+                .map(|i| ((i * 104_729 % 997) as f32) / 2492.5 - 0.2)
+                .collect();
+            let conv = |x: &[f32]| {
+                let (xb, wb) = (cpu.upload(x).unwrap(), cpu.upload(&w).unwrap());
+                let mut y = cpu.alloc(p.output_len()).unwrap();
+                cpu.conv2d_forward(&p, &xb, &wb, &mut y).unwrap();
+                let mut out = vec![0.0; p.output_len()];
+                cpu.download(&y, &mut out).unwrap();
+                out
+            };
+            let off_by_one = crosscheck::compare(&label, "y", &conv(&shifted), &conv(&x), 0.0);
+            assert!(off_by_one.relative > 0.3, "{label}: {off_by_one:?}");
+        }
+    }
+
+    #[test]
+    fn a_training_step_by_implicit_gemm_matches_im2col_on_an_emulated_device() {
+        let implicit = backend(ConvAlgorithm::ImplicitGemm);
+        let im2col = backend(ConvAlgorithm::Im2col);
+        assert_eq!(im2col.conv_path(), ConvPath::Im2col);
+        // No DNN library on the emulated device: auto is im2col, as TINYPERF_CUDNN=0 is.
+        assert_eq!(backend(ConvAlgorithm::Auto).conv_path(), ConvPath::Im2col);
+        let StepShape {
+            model,
+            batch,
+            image_size,
+            classes,
+        } = SIXTEEN_BIT_STEP;
+        let results = crosscheck::check_training_step(
+            &implicit,
+            &im2col,
+            model,
+            batch,
+            image_size,
+            classes,
+            StepTolerances::default(),
+        )
+        .unwrap();
+        assert_all_passed("f32 step", &results);
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let results = crosscheck::check_training_step(
+                &implicit.with_precision(precision),
+                &im2col.with_precision(precision),
+                model,
+                batch,
+                image_size,
+                classes,
+                StepTolerances::sixteen_bit(),
+            )
+            .unwrap();
+            assert_all_passed(precision.name(), &results);
+        }
+    }
 }

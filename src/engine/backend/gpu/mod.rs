@@ -36,6 +36,7 @@ pub mod driver;
 mod footprint_tests;
 pub mod hip;
 pub mod launch;
+pub mod options;
 pub mod pool;
 pub mod source;
 #[cfg(test)]
@@ -52,6 +53,7 @@ use driver::{
     DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, GemmTypes, GpuDriver, KernelArg, LaunchShape,
     Transpose,
 };
+use options::{ConvPath, GpuOptions};
 use pool::{DevicePool, PoolMemory};
 use source::{format_suffix, storage_kernel};
 
@@ -144,8 +146,8 @@ pub struct GpuBackend {
     pool: Arc<DevicePool>,
     name: String,
     profile: Option<Arc<Profile>>,
-    /// Whether non-pointwise convolutions go through the driver's DNN library.
-    dnn: bool,
+    /// How non-pointwise convolutions run.
+    conv: ConvPath,
     /// The format activations are stored in.
     precision: Precision,
 }
@@ -191,16 +193,30 @@ impl Profile {
 }
 
 impl GpuBackend {
+    /// A backend on `driver` with the speed switches the environment sets (see
+    /// [`options`]).
     pub fn new(driver: Arc<dyn GpuDriver>) -> Self {
+        Self::with_options(driver, GpuOptions::from_env())
+    }
+
+    pub fn with_options(driver: Arc<dyn GpuDriver>, options: GpuOptions) -> Self {
         let name = format!("{}:{}", driver.runtime(), driver.info().ordinal);
-        let dnn = driver.dnn_library().is_some();
+        let conv = options.conv.resolve(driver.dnn_library().is_some());
+        if options != GpuOptions::default() {
+            tracing::info!(?options, ?conv, "GPU backend speed switches");
+        }
         GpuBackend {
             pool: DevicePool::new(driver, DEFAULT_CACHE_LIMIT_BYTES),
             name,
             profile: None,
-            dnn,
+            conv,
             precision: Precision::Fp32,
         }
+    }
+
+    /// How this backend runs convolutions that are not a plain GEMM.
+    pub fn conv_path(&self) -> ConvPath {
+        self.conv
     }
 
     /// The same device storing activations and activation gradients in `precision`.
@@ -569,6 +585,77 @@ impl GpuBackend {
         Ok((images, col))
     }
 
+    /// One pass of a convolution by its implicit-GEMM kernel (the form for this
+    /// backend's storage), its operands `a` and `b` in that storage: `c` is y or dx in
+    /// the storage format, or the f32 dW. The filter gradient's long depth is split over
+    /// more blocks when its output alone has too few tiles to fill the device, the splits
+    /// then summed in order.
+    fn implicit_conv(
+        &self,
+        op: &'static str,
+        pass: conv_gemm::Pass,
+        p: &Conv2dParams,
+        a: DevicePtr,
+        b: DevicePtr,
+        c: DevicePtr,
+    ) -> Result<()> {
+        dims_fit_i32(op, &[p.input_len(), p.output_len(), p.weight_len()])?;
+        let (rows, cols, depth) = pass.dims(p);
+        let (splits, split_depth) = if pass == conv_gemm::Pass::BackwardFilter {
+            launch::implicit_splits(rows, cols, depth, self.driver().info().multiprocessors)
+        } else {
+            (
+                1,
+                depth.div_ceil(launch::IMPLICIT_SLICE).max(1) * launch::IMPLICIT_SLICE,
+            )
+        };
+        dims_fit_i32(op, &[split_depth])?;
+        let partial = match splits {
+            1 => None,
+            _ => Some(self.scratch(splits * rows * cols, Precision::Fp32)?),
+        };
+        let mut args = vec![
+            KernelArg::Ptr(a),
+            KernelArg::Ptr(b),
+            KernelArg::Ptr(partial.as_ref().map_or(c, |buf| buf.ptr)),
+        ];
+        args.extend(
+            [
+                p.batch,
+                p.in_h,
+                p.in_w,
+                p.in_c,
+                p.out_c,
+                p.kernel_h,
+                p.kernel_w,
+                p.stride,
+                p.padding,
+                p.out_h(),
+                p.out_w(),
+                split_depth,
+            ]
+            .map(i32_arg),
+        );
+        self.launch(
+            &storage_kernel(pass.implicit_kernel(), self.precision),
+            launch::implicit_gemm(rows, cols, splits),
+            &args,
+        )?;
+        let Some(partial) = partial else {
+            return Ok(());
+        };
+        self.elementwise(
+            "conv_split_sum",
+            rows * cols,
+            &[
+                KernelArg::Ptr(partial.ptr),
+                KernelArg::Ptr(c),
+                i32_arg(splits),
+                i64_arg(rows * cols),
+            ],
+        )
+    }
+
     /// The column matrix of `images` images from `first`, in x's format.
     fn im2col(
         &self,
@@ -740,7 +827,7 @@ impl Backend for GpuBackend {
                     .with_types(s, s),
             );
         }
-        if self.dnn {
+        if self.conv == ConvPath::Dnn {
             let w_dnn = self.weights_for_dnn(p, w, s)?;
             return self.dnn_conv(
                 "cudnn forward",
@@ -755,6 +842,9 @@ impl Backend for GpuBackend {
             );
         }
         let w = self.in_format(w, s)?;
+        if self.conv == ConvPath::ImplicitGemm {
+            return self.implicit_conv(OP, conv_gemm::Pass::Forward, p, x.ptr, w.ptr, y.ptr);
+        }
         let (chunk, col) = self.conv_chunks(p, s)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
@@ -798,7 +888,7 @@ impl Backend for GpuBackend {
                     .with_types(s, s),
             );
         }
-        if self.dnn {
+        if self.conv == ConvPath::Dnn {
             let w_dnn = self.weights_for_dnn(p, w, s)?;
             return self.dnn_conv(
                 "cudnn backward data",
@@ -813,6 +903,10 @@ impl Backend for GpuBackend {
             );
         }
         let w = self.in_format(w, s)?;
+        if self.conv == ConvPath::ImplicitGemm {
+            // Summed in f32 and rounded once, as col2im does.
+            return self.implicit_conv(OP, conv_gemm::Pass::BackwardData, p, dy.ptr, w.ptr, dx.ptr);
+        }
         // The column gradient stays f32 so that col2im sums before the one rounding.
         let (chunk, dcol) = self.conv_chunks(p, Precision::Fp32)?;
         for first in (0..p.batch).step_by(chunk) {
@@ -870,7 +964,7 @@ impl Backend for GpuBackend {
             )?;
             return self.round_to_storage(dw);
         }
-        if self.dnn {
+        if self.conv == ConvPath::Dnn {
             let dw_dnn = self.scratch(p.weight_len(), s)?;
             self.dnn_conv(
                 "cudnn backward filter",
@@ -895,6 +989,17 @@ impl Backend for GpuBackend {
                     i32_arg(p.out_c),
                 ],
             );
+        }
+        if self.conv == ConvPath::ImplicitGemm {
+            self.implicit_conv(
+                OP,
+                conv_gemm::Pass::BackwardFilter,
+                p,
+                x.ptr,
+                dy.ptr,
+                dw.ptr,
+            )?;
+            return self.round_to_storage(dw);
         }
         let (chunk, col) = self.conv_chunks(p, s)?;
         for first in (0..p.batch).step_by(chunk) {
