@@ -1012,3 +1012,184 @@ mod implicit_gemm_convolution {
         }
     }
 }
+
+mod fused_batch_norm {
+    use super::*;
+    use tinyperf::engine::backend::gpu::options::GpuOptions;
+    use tinyperf::engine::backend::{
+        BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved,
+    };
+    use tinyperf::engine::Backend;
+
+    fn backend(fused_bn: bool) -> GpuBackend {
+        let options = GpuOptions {
+            fused_bn,
+            ..GpuOptions::default()
+        };
+        GpuBackend::with_options(EmulatedDevice::shared(), options)
+    }
+
+    fn values(len: usize, seed: usize, scale: f32, offset: f32) -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5 - 1.0) * scale + offset)
+            .collect()
+    }
+
+    fn host<B: Backend>(b: &B, buf: &B::Buffer) -> Vec<f32> {
+        let mut out = vec![0.0; b.buffer_len(buf)];
+        b.download(buf, &mut out).unwrap();
+        out
+    }
+
+    /// The end of a residual block on `b`, forward in training and in eval mode and
+    /// backward: each output by name. The backward masks by `y_for_backward` when given,
+    /// else by the forward's own output.
+    fn block_end<B: Backend>(
+        b: &B,
+        rows: usize,
+        c: usize,
+        y_for_backward: Option<&[f32]>,
+    ) -> Vec<(&'static str, Vec<f32>)> {
+        let p = BatchNormParams {
+            rows,
+            channels: c,
+            eps: 1e-5,
+            momentum: 0.1,
+        };
+        let n = rows * c;
+        let x = b.upload(&values(n, 1, 2.0, 0.5)).unwrap();
+        let residual = b.upload(&values(n, 2, 1.0, 0.0)).unwrap();
+        let mut bn = BatchNormBuffers {
+            gamma: b.upload(&values(c, 3, 0.5, 1.0)).unwrap(),
+            beta: b.upload(&values(c, 4, 0.3, 0.0)).unwrap(),
+            running_mean: b.zeros(c).unwrap(),
+            running_var: b.upload(&vec![1.0; c]).unwrap(),
+        };
+        let mut saved = BatchNormSaved {
+            mean: b.alloc(c).unwrap(),
+            inv_std: b.alloc(c).unwrap(),
+        };
+        let mut y = b.alloc(n).unwrap();
+        b.batch_norm_add_relu_forward_train(&p, &x, &residual, &mut bn, &mut saved, &mut y)
+            .unwrap();
+        let mut y_eval = b.alloc(n).unwrap();
+        b.batch_norm_add_relu_forward_eval(&p, &x, &residual, &bn, &mut y_eval)
+            .unwrap();
+        let y_out = host(b, &y);
+        if let Some(given) = y_for_backward {
+            y = b.upload(given).unwrap();
+        }
+        let mut dy = b.upload(&values(n, 5, 1.0, 0.0)).unwrap();
+        let mut dx = b.alloc(n).unwrap();
+        let mut grads = BatchNormGrads {
+            gamma: b.alloc(c).unwrap(),
+            beta: b.alloc(c).unwrap(),
+        };
+        b.batch_norm_add_relu_backward(&p, &x, &y, &mut dy, &bn.gamma, &saved, &mut dx, &mut grads)
+            .unwrap();
+        vec![
+            ("y", y_out),
+            ("running mean", host(b, &bn.running_mean)),
+            ("running var", host(b, &bn.running_var)),
+            ("y (eval)", host(b, &y_eval)),
+            ("dx", host(b, &dx)),
+            ("residual gradient", host(b, &dy)),
+            ("dgamma", host(b, &grads.gamma)),
+            ("dbeta", host(b, &grads.beta)),
+        ]
+    }
+
+    fn compare_all(
+        label: &str,
+        got: &[(&'static str, Vec<f32>)],
+        want: &[(&'static str, Vec<f32>)],
+        tolerance: f64,
+    ) {
+        assert_eq!(got.len(), want.len());
+        for ((name, g), (_, w)) in got.iter().zip(want) {
+            let result = crosscheck::compare(label, name, g, w, tolerance);
+            assert!(result.passed, "{label}: {result:?}");
+        }
+    }
+
+    #[test]
+    fn fused_batch_norm_add_relu_matches_the_unfused_ops_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let (fused, unfused) = (backend(true), backend(false));
+        // 45 channels take the kernels' one-at-a-time path, 64 their four-at-a-time one;
+        // over 1,024 rows the statistics come from several slabs.
+        for (rows, c) in [(2 * 1024 + 37, 45), (3 * 128 + 5, 64)] {
+            let on_cpu = block_end(&CpuBackend::new(), rows, c, None);
+            let want = block_end(&unfused, rows, c, None);
+            compare_all(&format!("unfused c{c}"), &want, &on_cpu, 1e-5);
+            let got = block_end(&fused, rows, c, None);
+            compare_all(&format!("f32 c{c}"), &got, &want, 1e-6);
+            for precision in [Precision::Fp16, Precision::Bf16] {
+                // The fused kernel rounds the sum once where the ops round three times,
+                // so a sum within rounding of zero may pass the ReLU in one and not the
+                // other: both backwards mask by the unfused output.
+                let unfused = unfused.with_precision(precision);
+                let want = block_end(&unfused, rows, c, None);
+                let got = block_end(&fused.with_precision(precision), rows, c, Some(&want[0].1));
+                compare_all(
+                    &format!("{precision} c{c}"),
+                    &got,
+                    &want,
+                    Tolerances::sixteen_bit(precision).gemm,
+                );
+            }
+        }
+        let launched = device.launches.lock().unwrap().clone();
+        for kernel in [
+            "channel_affine_add_relu",
+            "channel_affine_add_relu_f16",
+            "channel_affine_add_relu_bf16",
+            "bn_backward_dx_relu_residual",
+            "bn_backward_dx_relu_residual_f16",
+            "bn_backward_dx_relu_residual_bf16",
+        ] {
+            assert!(launched.contains(kernel), "{kernel} never ran");
+        }
+    }
+
+    #[test]
+    fn a_resnet_training_step_with_fused_batch_norm_matches_it_unfused_on_an_emulated_device() {
+        let (fused, unfused) = (backend(true), backend(false));
+        // ResNet-50's bottlenecks and projection shortcuts at a few pixels, and
+        // ResNet-20's basic blocks with identity shortcuts in 16 bits too.
+        let results = crosscheck::check_training_step(
+            &fused,
+            &unfused,
+            tinyperf::engine::train::ModelChoice::ResNet50,
+            2,
+            32,
+            10,
+            StepTolerances::default(),
+        )
+        .unwrap();
+        assert_all_passed("ResNet-50 f32 step", &results);
+        let StepShape {
+            model,
+            batch,
+            image_size,
+            classes,
+        } = SIXTEEN_BIT_STEP;
+        for precision in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
+            let tolerances = match precision {
+                Precision::Fp32 => StepTolerances::default(),
+                _ => StepTolerances::sixteen_bit(),
+            };
+            let results = crosscheck::check_training_step(
+                &fused.with_precision(precision),
+                &unfused.with_precision(precision),
+                model,
+                batch,
+                image_size,
+                classes,
+                tolerances,
+            )
+            .unwrap();
+            assert_all_passed(precision.name(), &results);
+        }
+    }
+}

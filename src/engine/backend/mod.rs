@@ -17,6 +17,7 @@ pub mod gpu;
 pub mod half_storage;
 mod params;
 pub mod select;
+pub mod unfused;
 
 pub use params::{
     BatchNormParams, Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
@@ -170,6 +171,52 @@ pub trait Backend: Send + Sync {
     ) -> Result<()> {
         self.relu_backward(y, dy)?;
         self.batch_norm_backward(p, x, dy, gamma, saved, dx, grads)
+    }
+
+    /// The end of a residual block: `y := ReLU(batch_norm_train(x) + residual)`. Device
+    /// backends may fuse it into one pass over the tensors; this default runs the three
+    /// ops ([`unfused`]).
+    fn batch_norm_add_relu_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        residual: &Self::Buffer,
+        bn: &mut BatchNormBuffers<Self::Buffer>,
+        saved: &mut BatchNormSaved<Self::Buffer>,
+        y: &mut Self::Buffer,
+    ) -> Result<()> {
+        unfused::batch_norm_add_relu_forward_train(self, p, x, residual, bn, saved, y)
+    }
+
+    /// The same with running statistics.
+    fn batch_norm_add_relu_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        residual: &Self::Buffer,
+        bn: &BatchNormBuffers<Self::Buffer>,
+        y: &mut Self::Buffer,
+    ) -> Result<()> {
+        unfused::batch_norm_add_relu_forward_eval(self, p, x, residual, bn, y)
+    }
+
+    /// The backward of [`batch_norm_add_relu_forward_train`](Self::batch_norm_add_relu_forward_train):
+    /// `y` is its output and `dy` the gradient there, which this overwrites with the
+    /// gradient at the sum (dy masked by `y > 0`: the residual's gradient); `dx`, dγ and
+    /// dβ are batch norm's.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_add_relu_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        y: &Self::Buffer,
+        dy: &mut Self::Buffer,
+        gamma: &Self::Buffer,
+        saved: &BatchNormSaved<Self::Buffer>,
+        dx: &mut Self::Buffer,
+        grads: &mut BatchNormGrads<Self::Buffer>,
+    ) -> Result<()> {
+        unfused::batch_norm_add_relu_backward(self, p, x, y, dy, gamma, saved, dx, grads)
     }
 
     // --- ReLU (in place) -----------------------------------------------------------

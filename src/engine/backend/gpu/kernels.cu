@@ -1011,6 +1011,39 @@ CHANNEL_AFFINE(channel_affine_f16, F16, false)
 CHANNEL_AFFINE(channel_affine_relu_bf16, BF16, true)
 CHANNEL_AFFINE(channel_affine_bf16, BF16, false)
 
+// The end of a residual block in one pass: y = ReLU(x·scale + shift + residual), summed
+// in f32 and stored once (the unfused ops write and reread y twice more).
+template <class S>
+__device__ void channel_affine_add_relu_body(const typename S::T* x, const float* scale,
+                                             const float* shift, const typename S::T* residual,
+                                             typename S::T* y, int total, int channels) {
+    FOR_EACH_QUAD(total) {
+        int first = quad * 4;
+        if (channels % 4 == 0) {
+            int c = first % channels;
+            float4 v = S::load4(x, first), r = S::load4(residual, first);
+            float4 a = *(const float4*)(scale + c), b = *(const float4*)(shift + c);
+            S::store4(y, first,
+                      make_float4(relu(v.x * a.x + b.x + r.x), relu(v.y * a.y + b.y + r.y),
+                                  relu(v.z * a.z + b.z + r.z), relu(v.w * a.w + b.w + r.w)));
+            continue;
+        }
+        for (int lane = 0; lane < 4 && first + lane < total; ++lane) {
+            int i = first + lane;
+            int c = i % channels;
+            S::store(y, i, relu(S::load(x, i) * scale[c] + shift[c] + S::load(residual, i)));
+        }
+    }
+}
+#define CHANNEL_AFFINE_ADD_RELU(NAME, S)                                                   \
+    KERNEL void NAME(const S::T* x, const float* scale, const float* shift,                \
+                     const S::T* residual, S::T* y, int total, int channels) {             \
+        channel_affine_add_relu_body<S>(x, scale, shift, residual, y, total, channels);    \
+    }
+CHANNEL_AFFINE_ADD_RELU(channel_affine_add_relu, F32)
+CHANNEL_AFFINE_ADD_RELU(channel_affine_add_relu_f16, F16)
+CHANNEL_AFFINE_ADD_RELU(channel_affine_add_relu_bf16, BF16)
+
 // dγ, dβ and the coefficients of dx = x·a + dy·g + b.
 KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, int slabs,
                                  long long rows, int channels, const float* gamma,
@@ -1037,12 +1070,16 @@ KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, i
     coef_b[c] = (float)(-k * db / n - xa * (double)saved_mean[c]);
 }
 
-// dx = x·a + dy·g + b, with dy masked by relu_out > 0 for the form through a ReLU.
+// dx = x·a + dy·g + b, with dy masked by relu_out > 0 for the form through a ReLU. The
+// form at the end of a residual block also stores the masked dy (the residual's
+// gradient) into `masked`, which may be dy itself: each thread reads its elements before
+// it writes them.
 template <class S>
 __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T* dy,
                                     const typename S::T* relu_out, const float* coef_a,
                                     const float* coef_g, const float* coef_b,
-                                    typename S::T* dx, int total, int channels) {
+                                    typename S::T* dx, typename S::T* masked, int total,
+                                    int channels) {
     FOR_EACH_QUAD(total) {
         int first = quad * 4;
         if (channels % 4 == 0) {
@@ -1053,6 +1090,7 @@ __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T*
                 g = make_float4(relu_grad(r.x, g.x), relu_grad(r.y, g.y), relu_grad(r.z, g.z),
                                 relu_grad(r.w, g.w));
             }
+            if (masked) S::store4(masked, first, g);
             float4 a = *(const float4*)(coef_a + c), k = *(const float4*)(coef_g + c),
                    b = *(const float4*)(coef_b + c);
             S::store4(dx, first,
@@ -1065,6 +1103,7 @@ __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T*
             int c = i % channels;
             float g = S::load(dy, i);
             if (relu_out) g = relu_grad(S::load(relu_out, i), g);
+            if (masked) S::store(masked, i, g);
             S::store(dx, i, S::load(x, i) * coef_a[c] + g * coef_g[c] + coef_b[c]);
         }
     }
@@ -1073,12 +1112,20 @@ __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T*
     KERNEL void NAME(const S::T* x, const S::T* dy, const S::T* relu_out, const float* coef_a, \
                      const float* coef_g, const float* coef_b, S::T* dx, int total,        \
                      int channels) {                                                       \
-        bn_backward_dx_body<S>(x, dy, relu_out, coef_a, coef_g, coef_b, dx, total, channels); \
+        bn_backward_dx_body<S>(x, dy, relu_out, coef_a, coef_g, coef_b, dx, 0, total,      \
+                               channels);                                                  \
     }
 #define BN_BACKWARD_DX(NAME, S)                                                            \
     KERNEL void NAME(const S::T* x, const S::T* dy, const float* coef_a, const float* coef_g, \
                      const float* coef_b, S::T* dx, int total, int channels) {             \
-        bn_backward_dx_body<S>(x, dy, 0, coef_a, coef_g, coef_b, dx, total, channels);     \
+        bn_backward_dx_body<S>(x, dy, 0, coef_a, coef_g, coef_b, dx, 0, total, channels);  \
+    }
+#define BN_BACKWARD_DX_RELU_RESIDUAL(NAME, S)                                              \
+    KERNEL void NAME(const S::T* x, S::T* dy, const S::T* relu_out, const float* coef_a,   \
+                     const float* coef_g, const float* coef_b, S::T* dx, int total,        \
+                     int channels) {                                                       \
+        bn_backward_dx_body<S>(x, dy, relu_out, coef_a, coef_g, coef_b, dx, dy, total,     \
+                               channels);                                                  \
     }
 BN_BACKWARD_DX_RELU(bn_backward_dx_relu, F32)
 BN_BACKWARD_DX(bn_backward_dx, F32)
@@ -1086,6 +1133,9 @@ BN_BACKWARD_DX_RELU(bn_backward_dx_relu_f16, F16)
 BN_BACKWARD_DX(bn_backward_dx_f16, F16)
 BN_BACKWARD_DX_RELU(bn_backward_dx_relu_bf16, BF16)
 BN_BACKWARD_DX(bn_backward_dx_bf16, BF16)
+BN_BACKWARD_DX_RELU_RESIDUAL(bn_backward_dx_relu_residual, F32)
+BN_BACKWARD_DX_RELU_RESIDUAL(bn_backward_dx_relu_residual_f16, F16)
+BN_BACKWARD_DX_RELU_RESIDUAL(bn_backward_dx_relu_residual_bf16, BF16)
 
 // ---------------------------------------------------------------- pooling
 

@@ -45,8 +45,8 @@ mod stand_in;
 use std::sync::Arc;
 
 use super::{
-    Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved, Conv2dParams,
-    CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
+    unfused, Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved,
+    Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
 };
 use crate::engine::{EngineError, Precision, Result};
 use driver::{
@@ -148,6 +148,8 @@ pub struct GpuBackend {
     profile: Option<Arc<Profile>>,
     /// How non-pointwise convolutions run.
     conv: ConvPath,
+    /// Whether the end of a residual block runs as fused batch-norm kernels.
+    fused_bn: bool,
     /// The format activations are stored in.
     precision: Precision,
 }
@@ -210,6 +212,7 @@ impl GpuBackend {
             name,
             profile: None,
             conv,
+            fused_bn: options.fused_bn,
             precision: Precision::Fp32,
         }
     }
@@ -678,6 +681,15 @@ impl GpuBackend {
     }
 }
 
+/// What batch norm's element-wise pass applies after the affine map.
+#[derive(Clone, Copy)]
+enum BnEpilogue<'a> {
+    None,
+    Relu,
+    /// ReLU of the sum with this residual (in the storage format).
+    AddRelu(&'a GpuBuffer),
+}
+
 fn i32_arg(v: usize) -> KernelArg {
     KernelArg::I32(v.min(i32::MAX as usize) as i32)
 }
@@ -1028,7 +1040,7 @@ impl Backend for GpuBackend {
         saved: &mut BatchNormSaved<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        self.bn_forward_train(p, x, bn, saved, y, false)
+        self.bn_forward_train(p, x, bn, saved, y, BnEpilogue::None)
     }
 
     fn batch_norm_relu_forward_train(
@@ -1039,7 +1051,7 @@ impl Backend for GpuBackend {
         saved: &mut BatchNormSaved<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        self.bn_forward_train(p, x, bn, saved, y, true)
+        self.bn_forward_train(p, x, bn, saved, y, BnEpilogue::Relu)
     }
 
     fn batch_norm_forward_eval(
@@ -1049,7 +1061,7 @@ impl Backend for GpuBackend {
         bn: &BatchNormBuffers<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        self.bn_forward_eval(p, x, bn, y, false)
+        self.bn_forward_eval(p, x, bn, y, BnEpilogue::None)
     }
 
     fn batch_norm_relu_forward_eval(
@@ -1059,7 +1071,7 @@ impl Backend for GpuBackend {
         bn: &BatchNormBuffers<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        self.bn_forward_eval(p, x, bn, y, true)
+        self.bn_forward_eval(p, x, bn, y, BnEpilogue::Relu)
     }
 
     fn batch_norm_backward(
@@ -1072,7 +1084,7 @@ impl Backend for GpuBackend {
         dx: &mut GpuBuffer,
         grads: &mut BatchNormGrads<GpuBuffer>,
     ) -> Result<()> {
-        self.bn_backward(p, x, None, dy, gamma, saved, dx, grads)
+        self.bn_backward(p, x, None, None, dy, gamma, saved, dx, grads)
     }
 
     fn batch_norm_relu_backward(
@@ -1086,7 +1098,63 @@ impl Backend for GpuBackend {
         dx: &mut GpuBuffer,
         grads: &mut BatchNormGrads<GpuBuffer>,
     ) -> Result<()> {
-        self.bn_backward(p, x, Some(y), dy, gamma, saved, dx, grads)
+        self.bn_backward(p, x, Some(y), None, dy, gamma, saved, dx, grads)
+    }
+
+    fn batch_norm_add_relu_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        residual: &GpuBuffer,
+        bn: &mut BatchNormBuffers<GpuBuffer>,
+        saved: &mut BatchNormSaved<GpuBuffer>,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        if !self.fused_bn {
+            return unfused::batch_norm_add_relu_forward_train(self, p, x, residual, bn, saved, y);
+        }
+        self.bn_forward_train(p, x, bn, saved, y, BnEpilogue::AddRelu(residual))
+    }
+
+    fn batch_norm_add_relu_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        residual: &GpuBuffer,
+        bn: &BatchNormBuffers<GpuBuffer>,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        if !self.fused_bn {
+            return unfused::batch_norm_add_relu_forward_eval(self, p, x, residual, bn, y);
+        }
+        self.bn_forward_eval(p, x, bn, y, BnEpilogue::AddRelu(residual))
+    }
+
+    fn batch_norm_add_relu_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        y: &GpuBuffer,
+        dy: &mut GpuBuffer,
+        gamma: &GpuBuffer,
+        saved: &BatchNormSaved<GpuBuffer>,
+        dx: &mut GpuBuffer,
+        grads: &mut BatchNormGrads<GpuBuffer>,
+    ) -> Result<()> {
+        if !self.fused_bn {
+            return unfused::batch_norm_add_relu_backward(
+                self, p, x, y, dy, gamma, saved, dx, grads,
+            );
+        }
+        self.check("batch_norm_add_relu_backward", "dy", dy, dy.len)?;
+        // The masked gradient is written over dy in the storage format.
+        if dy.storage != self.precision {
+            let mut stored = self.alloc(dy.len)?;
+            self.convert_into(dy, &mut stored, self.precision)?;
+            *dy = stored;
+        }
+        let masked = Some(dy.ptr);
+        self.bn_backward(p, x, Some(y), masked, dy, gamma, saved, dx, grads)
     }
 
     /// In place, in whatever format x holds (ReLU selects stored values).
@@ -1647,7 +1715,7 @@ impl GpuBackend {
         bn: &mut BatchNormBuffers<GpuBuffer>,
         saved: &mut BatchNormSaved<GpuBuffer>,
         y: &mut GpuBuffer,
-        relu: bool,
+        epilogue: BnEpilogue,
     ) -> Result<()> {
         const OP: &str = "batch_norm_forward_train";
         p.validate(true)?;
@@ -1705,7 +1773,7 @@ impl GpuBackend {
                 KernelArg::Ptr(shift.ptr),
             ],
         )?;
-        self.channel_affine(&x, &scale, &shift, y, rows, c, relu)
+        self.channel_affine(OP, &x, &scale, &shift, y, rows, c, epilogue)
     }
 
     fn bn_forward_eval(
@@ -1714,7 +1782,7 @@ impl GpuBackend {
         x: &GpuBuffer,
         bn: &BatchNormBuffers<GpuBuffer>,
         y: &mut GpuBuffer,
-        relu: bool,
+        epilogue: BnEpilogue,
     ) -> Result<()> {
         const OP: &str = "batch_norm_forward_eval";
         p.validate(false)?;
@@ -1740,16 +1808,19 @@ impl GpuBackend {
                 KernelArg::Ptr(shift.ptr),
             ],
         )?;
-        self.channel_affine(&x, &scale, &shift, y, rows, c, relu)
+        self.channel_affine(OP, &x, &scale, &shift, y, rows, c, epilogue)
     }
 
-    /// The batch-norm backward, through the ReLU whose output was `relu_out` when given.
+    /// The batch-norm backward, through the ReLU whose output was `relu_out` when given;
+    /// with `masked_dy`, dy masked by that ReLU is also stored there (dy's own buffer, in
+    /// the storage format: the residual's gradient at the end of a block).
     #[allow(clippy::too_many_arguments)]
     fn bn_backward(
         &self,
         p: &BatchNormParams,
         x: &GpuBuffer,
         relu_out: Option<&GpuBuffer>,
+        masked_dy: Option<DevicePtr>,
         dy: &GpuBuffer,
         gamma: &GpuBuffer,
         saved: &BatchNormSaved<GpuBuffer>,
@@ -1834,10 +1905,18 @@ impl GpuBackend {
             i32_arg(rows * c),
             i32_arg(c),
         ]);
-        let kernel = if relu_out.is_some() {
-            "bn_backward_dx_relu"
-        } else {
-            "bn_backward_dx"
+        if let Some(masked) = masked_dy {
+            if masked != dy.ptr {
+                return Err(EngineError::InvalidParameter {
+                    op: OP,
+                    reason: "the masked gradient goes into dy's own buffer".into(),
+                });
+            }
+        }
+        let kernel = match (relu_out.is_some(), masked_dy.is_some()) {
+            (true, true) => "bn_backward_dx_relu_residual",
+            (true, false) => "bn_backward_dx_relu",
+            (false, _) => "bn_backward_dx",
         };
         self.elementwise_vec4(&storage_kernel(kernel, s), rows * c, &args)
     }
@@ -1852,32 +1931,38 @@ impl GpuBackend {
     #[allow(clippy::too_many_arguments)]
     fn channel_affine(
         &self,
+        op: &'static str,
         x: &GpuBuffer,
         scale: &GpuBuffer,
         shift: &GpuBuffer,
         y: &mut GpuBuffer,
         rows: usize,
         c: usize,
-        relu: bool,
+        epilogue: BnEpilogue,
     ) -> Result<()> {
         dims_fit_i32("batch_norm", &[rows * c])?;
-        self.output(y, x.storage)?;
-        let kernel = if relu {
-            "channel_affine_relu"
-        } else {
-            "channel_affine"
+        let residual = match epilogue {
+            BnEpilogue::AddRelu(r) => {
+                self.check(op, "residual", r, rows * c)?;
+                Some(self.in_format(r, x.storage)?)
+            }
+            _ => None,
         };
-        self.elementwise_vec4(
-            &storage_kernel(kernel, x.storage),
-            rows * c,
-            &[
-                KernelArg::Ptr(x.ptr),
-                KernelArg::Ptr(scale.ptr),
-                KernelArg::Ptr(shift.ptr),
-                KernelArg::Ptr(y.ptr),
-                i32_arg(rows * c),
-                i32_arg(c),
-            ],
-        )
+        self.output(y, x.storage)?;
+        let kernel = match epilogue {
+            BnEpilogue::None => "channel_affine",
+            BnEpilogue::Relu => "channel_affine_relu",
+            BnEpilogue::AddRelu(_) => "channel_affine_add_relu",
+        };
+        let mut args = vec![
+            KernelArg::Ptr(x.ptr),
+            KernelArg::Ptr(scale.ptr),
+            KernelArg::Ptr(shift.ptr),
+        ];
+        if let Some(r) = &residual {
+            args.push(KernelArg::Ptr(r.ptr));
+        }
+        args.extend([KernelArg::Ptr(y.ptr), i32_arg(rows * c), i32_arg(c)]);
+        self.elementwise_vec4(&storage_kernel(kernel, x.storage), rows * c, &args)
     }
 }
