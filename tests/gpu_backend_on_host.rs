@@ -1193,3 +1193,101 @@ mod fused_batch_norm {
         }
     }
 }
+
+mod multi_tensor_optimizer {
+    use super::*;
+    use tinyperf::engine::backend::gpu::options::GpuOptions;
+    use tinyperf::engine::data::Batch;
+    use tinyperf::engine::init::standard_normal;
+    use tinyperf::engine::layers::SoftmaxCrossEntropy;
+    use tinyperf::engine::model::Model;
+    use tinyperf::engine::optim::LarsConfig;
+    use tinyperf::engine::train::step::{train_step, DeviceBatch};
+    use tinyperf::engine::train::{DeviceOptimizer, ModelChoice, StepOutcome};
+    use tinyperf::engine::Backend;
+
+    /// Every weight after two LARS steps of ResNet-20 on `backend`, the last step's
+    /// trust ratios, and the loss of each step.
+    fn train(backend: &GpuBackend) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let (image, classes, n) = (8, 10, 4);
+        let mut model = ModelChoice::ResNet20
+            .build(backend, classes, image, 3)
+            .unwrap();
+        let mut optimizer = DeviceOptimizer::new(LarsConfig::default());
+        let batch = Batch {
+            epoch: 0,
+            index: 0,
+            image_size: image,
+            images: standard_normal(9, 3, n * image * image * 3),
+            labels: (0..n as u32).map(|i| i % classes as u32).collect(),
+            valid: vec![true; n],
+            sample_ids: (0..n).collect(),
+            replaced: 0,
+        };
+        let batch = DeviceBatch::upload(backend, &batch).unwrap();
+        let loss_fn = SoftmaxCrossEntropy {
+            label_smoothing: 0.1,
+        };
+        let mut losses = Vec::new();
+        for _ in 0..2 {
+            // A loss scale, divided out inside the update, as mixed precision runs do.
+            let outcome = train_step(
+                backend,
+                &mut model,
+                &mut optimizer,
+                &loss_fn,
+                &batch,
+                0.5,
+                8.0,
+                &|| false,
+            )
+            .unwrap();
+            let StepOutcome::Updated(result) = outcome else {
+                panic!("{outcome:?}");
+            };
+            losses.push(result.loss);
+        }
+        let mut weights = Vec::new();
+        for p in model.parameters() {
+            let mut v = vec![0.0; backend.buffer_len(p.param.value)];
+            backend.download(p.param.value, &mut v).unwrap();
+            weights.extend(v);
+        }
+        (weights, optimizer.last_trust_ratios().to_vec(), losses)
+    }
+
+    #[test]
+    fn one_launch_for_every_parameter_updates_as_one_per_parameter_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let on = |multi_tensor_optimizer| {
+            let options = GpuOptions {
+                multi_tensor_optimizer,
+                ..GpuOptions::default()
+            };
+            GpuBackend::with_options(device.clone(), options)
+        };
+        let (w_multi, trust_multi, loss_multi) = train(&on(true));
+        let (w_single, trust_single, loss_single) = train(&on(false));
+        // The norms sum in another order (a row of partials per tensor), so the trust
+        // ratios, and the weights through them, agree to rounding.
+        let trust = crosscheck::compare("LARS", "trust ratios", &trust_multi, &trust_single, 1e-5);
+        assert!(trust.passed, "{trust:?}");
+        assert!(trust_single.iter().any(|&t| t != 1.0), "LARS ran");
+        let weights = crosscheck::compare("LARS", "weights", &w_multi, &w_single, 1e-5);
+        assert!(weights.passed, "{weights:?}");
+        let losses = crosscheck::compare("LARS", "losses", &loss_multi, &loss_single, 1e-4);
+        assert!(losses.passed, "{losses:?}");
+        assert!(
+            loss_single[1] < loss_single[0],
+            "it trained: {loss_single:?}"
+        );
+        let launched = device.launches.lock().unwrap().clone();
+        for kernel in [
+            "momentum_update_multi",
+            "sum_squares_multi_partial",
+            "sum_partials_multi",
+        ] {
+            assert!(launched.contains(kernel), "{kernel} never ran");
+        }
+    }
+}

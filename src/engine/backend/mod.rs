@@ -33,6 +33,15 @@ pub enum DType {
     F32,
 }
 
+/// One parameter's share of [`Backend::momentum_update_many`].
+pub struct MomentumStep<'a, Buf> {
+    pub w: &'a mut Buf,
+    pub g: &'a Buf,
+    pub b: &'a mut Buf,
+    pub step: f32,
+    pub decay: f32,
+}
+
 /// The learned and running parameters of one batch-norm layer, each `channels` long.
 pub struct BatchNormBuffers<Buf> {
     pub gamma: Buf,
@@ -324,9 +333,36 @@ pub trait Backend: Send + Sync {
         self.axpy(-1.0, b, w)
     }
 
+    /// [`momentum_update`](Self::momentum_update) of many parameters, each with its own
+    /// step and decay. Device backends may update them all in one launch; this default
+    /// updates them one by one.
+    fn momentum_update_many(
+        &self,
+        momentum: f32,
+        updates: &mut [MomentumStep<'_, Self::Buffer>],
+    ) -> Result<()> {
+        for u in updates {
+            self.momentum_update(u.w, u.g, u.b, momentum, u.step, u.decay)?;
+        }
+        Ok(())
+    }
+
     /// out[index] := Σ x², so many norms can be gathered in one buffer and downloaded
     /// (or consumed on the device) together.
     fn sum_squares(&self, x: &Self::Buffer, out: &mut Self::Buffer, index: usize) -> Result<()>;
+
+    /// [`sum_squares`](Self::sum_squares) of each `(x, index)`: device backends may sum
+    /// them all in one launch; this default sums them one by one.
+    fn sum_squares_many(
+        &self,
+        xs: &[(&Self::Buffer, usize)],
+        out: &mut Self::Buffer,
+    ) -> Result<()> {
+        for &(x, index) in xs {
+            self.sum_squares(x, out, index)?;
+        }
+        Ok(())
+    }
     /// Whether any element is NaN or infinite (a small download on device backends).
     fn has_non_finite(&self, x: &Self::Buffer) -> Result<bool>;
 }

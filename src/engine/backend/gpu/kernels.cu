@@ -191,6 +191,65 @@ KERNEL void momentum_update(float* w, const float* g, float* b, long long n, flo
     FOR_EACH_TAIL(n) momentum_one(&w[i], g[i], &b[i], momentum, step, step_decay);
 }
 
+// ---------------------------------------------------------------- multi-tensor updates
+
+// One launch over many parameter tensors: a table in device memory names each tensor
+// (laid out as the host writes it: the pointers, a 64-bit count, then any floats),
+// blockIdx.y picks the tensor and the blocks of a row stride over it.
+struct MomentumEntry {
+    float* w;
+    const float* g;
+    float* b;
+    long long n;
+    float step;
+    float step_decay;
+};
+
+KERNEL void momentum_update_multi(const MomentumEntry* table, float momentum) {
+    MomentumEntry e = table[blockIdx.y];
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < e.n; i += stride)
+        momentum_one(&e.w[i], e.g[i], &e.b[i], momentum, e.step, e.step_decay);
+}
+
+// Σ x² of many tensors in two deterministic stages: each block of row t writes its
+// partial to partials[t·gridDim.x + blockIdx.x], then one block per tensor adds its row of
+// partials in order into out[index[t]].
+struct SquaresEntry {
+    const float* x;
+    long long n;
+};
+
+KERNEL void sum_squares_multi_partial(const SquaresEntry* table, float* partials) {
+    __shared__ float acc[BLOCK];
+    SquaresEntry e = table[blockIdx.y];
+    float s = 0.0f;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < e.n; i += stride)
+        s += e.x[i] * e.x[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) acc[threadIdx.x] += acc[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partials[(long long)blockIdx.y * gridDim.x + blockIdx.x] = acc[0];
+}
+
+KERNEL void sum_partials_multi(const float* partials, int count, const int* index, float* out) {
+    __shared__ double acc[BLOCK];
+    const float* row = partials + (long long)blockIdx.x * count;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < count; i += BLOCK) s += (double)row[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) acc[threadIdx.x] += acc[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[index[blockIdx.x]] = (float)acc[0];
+}
+
 __device__ float relu(float v) { return v > 0.0f ? v : 0.0f; }
 __device__ float relu_grad(float y, float g) { return y > 0.0f ? g : 0.0f; }
 

@@ -36,6 +36,7 @@ pub mod driver;
 mod footprint_tests;
 pub mod hip;
 pub mod launch;
+mod multi_tensor;
 pub mod options;
 pub mod pool;
 pub mod source;
@@ -46,7 +47,7 @@ use std::sync::Arc;
 
 use super::{
     unfused, Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved,
-    Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
+    Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, MomentumStep, PoolParams,
 };
 use crate::engine::{EngineError, Precision, Result};
 use driver::{
@@ -150,6 +151,8 @@ pub struct GpuBackend {
     conv: ConvPath,
     /// Whether the end of a residual block runs as fused batch-norm kernels.
     fused_bn: bool,
+    /// Whether the optimizer's norms and updates take one launch for all parameters.
+    multi_tensor_optimizer: bool,
     /// The format activations are stored in.
     precision: Precision,
 }
@@ -213,6 +216,7 @@ impl GpuBackend {
             profile: None,
             conv,
             fused_bn: options.fused_bn,
+            multi_tensor_optimizer: options.multi_tensor_optimizer,
             precision: Precision::Fp32,
         }
     }
@@ -657,6 +661,16 @@ impl GpuBackend {
                 i64_arg(rows * cols),
             ],
         )
+    }
+
+    /// `entries` copied to the device, for a kernel that reads them as a table.
+    fn device_table<T: Copy>(&self, entries: &[T]) -> Result<GpuBuffer> {
+        let bytes = multi_tensor::table_bytes(entries);
+        let table = self.scratch(bytes.len().div_ceil(4), Precision::Fp32)?;
+        self.driver()
+            .copy_to_device(table.ptr, bytes)
+            .map_err(|e| self.device(e))?;
+        Ok(table)
     }
 
     /// The column matrix of `images` images from `first`, in x's format.
@@ -1684,6 +1698,120 @@ impl Backend for GpuBackend {
                 i32_arg(shape.grid.0 as usize),
                 KernelArg::Ptr(out.ptr),
                 i32_arg(index),
+            ],
+        )
+    }
+
+    fn momentum_update_many(
+        &self,
+        momentum: f32,
+        updates: &mut [MomentumStep<'_, GpuBuffer>],
+    ) -> Result<()> {
+        const OP: &str = "momentum_update_many";
+        if !self.multi_tensor_optimizer {
+            for u in updates.iter_mut() {
+                self.momentum_update(u.w, u.g, u.b, momentum, u.step, u.decay)?;
+            }
+            return Ok(());
+        }
+        let mut entries = Vec::with_capacity(updates.len());
+        // 16-bit gradients widened for the update live until the launch has read them.
+        let mut widened = Vec::new();
+        for u in updates.iter() {
+            let n = u.w.len;
+            self.check(OP, "w", u.w, n)?;
+            self.check(OP, "g", u.g, n)?;
+            self.check(OP, "b", u.b, n)?;
+            self.require_f32(OP, "w", u.w)?;
+            self.require_f32(OP, "b", u.b)?;
+            let g = match u.g.storage {
+                Precision::Fp32 => u.g.ptr,
+                _ => {
+                    widened.push(self.convert(u.g, Precision::Fp32)?);
+                    widened[widened.len() - 1].ptr
+                }
+            };
+            if n > 0 {
+                entries.push(multi_tensor::MomentumEntry::new(
+                    u.w.ptr, g, u.b.ptr, n, u.step, u.decay,
+                ));
+            }
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let table = self.device_table(&entries)?;
+        let largest = entries.iter().map(|e| e.n as usize).max().unwrap_or(0);
+        self.launch(
+            "momentum_update_multi",
+            multi_tensor::shape(entries.len(), largest),
+            &[KernelArg::Ptr(table.ptr), KernelArg::F32(momentum)],
+        )
+    }
+
+    fn sum_squares_many(&self, xs: &[(&GpuBuffer, usize)], out: &mut GpuBuffer) -> Result<()> {
+        const OP: &str = "sum_squares_many";
+        if !self.multi_tensor_optimizer {
+            for &(x, index) in xs {
+                self.sum_squares(x, out, index)?;
+            }
+            return Ok(());
+        }
+        self.check_output(OP, "out", out, out.len)?;
+        if out.is_backed() {
+            self.require_f32(OP, "out", out)?;
+        } else {
+            self.output(out, Precision::Fp32)?;
+        }
+        let mut entries = Vec::with_capacity(xs.len());
+        let mut indices = Vec::with_capacity(xs.len());
+        let mut widened = Vec::new();
+        for &(x, index) in xs {
+            self.check(OP, "x", x, x.len)?;
+            if index >= out.len {
+                return Err(EngineError::BufferLength {
+                    op: OP,
+                    what: "out (index past its end)",
+                    expected: index + 1,
+                    got: out.len,
+                });
+            }
+            dims_fit_i32(OP, &[index])?;
+            let ptr = match x.storage {
+                Precision::Fp32 => x.ptr,
+                _ => {
+                    widened.push(self.convert(x, Precision::Fp32)?);
+                    widened[widened.len() - 1].ptr
+                }
+            };
+            entries.push(multi_tensor::SquaresEntry {
+                x: ptr.0,
+                n: x.len as i64,
+            });
+            indices.push(index as i32);
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let table = self.device_table(&entries)?;
+        let index_table = self.device_table(&indices)?;
+        let largest = entries.iter().map(|e| e.n as usize).max().unwrap_or(0);
+        let shape = multi_tensor::shape(entries.len(), largest);
+        let per_tensor = shape.grid.0 as usize;
+        let partials = self.scratch(per_tensor * entries.len(), Precision::Fp32)?;
+        self.launch(
+            "sum_squares_multi_partial",
+            shape,
+            &[KernelArg::Ptr(table.ptr), KernelArg::Ptr(partials.ptr)],
+        )?;
+        self.launch(
+            "sum_partials_multi",
+            launch::block_per_row(entries.len()),
+            &[
+                KernelArg::Ptr(partials.ptr),
+                i32_arg(per_tensor),
+                KernelArg::Ptr(index_table.ptr),
+                KernelArg::Ptr(out.ptr),
             ],
         )
     }

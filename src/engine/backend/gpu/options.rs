@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `TINYPERF_CONV` | `auto` (default), `dnn`, `implicit`, `im2col` | how non-pointwise convolutions run |
 //! | `TINYPERF_FUSED_BN` | `1` | batch norm + residual add + ReLU as one kernel each way |
+//! | `TINYPERF_MULTI_TENSOR_OPT` | `1` | the optimizer's norms and updates in one launch each for all parameters |
 
 /// How the backend runs a convolution that is not a plain GEMM (anything but 1×1 at
 /// stride 1, which is one GEMM whatever is chosen).
@@ -63,6 +64,9 @@ pub struct GpuOptions {
     /// Batch norm, the residual add and ReLU fused into one kernel forward and one
     /// backward (`TINYPERF_FUSED_BN=1`).
     pub fused_bn: bool,
+    /// The optimizer's norms and momentum updates of every parameter in one launch each
+    /// (`TINYPERF_MULTI_TENSOR_OPT=1`).
+    pub multi_tensor_optimizer: bool,
 }
 
 impl Default for GpuOptions {
@@ -70,6 +74,7 @@ impl Default for GpuOptions {
         GpuOptions {
             conv: ConvAlgorithm::Auto,
             fused_bn: false,
+            multi_tensor_optimizer: false,
         }
     }
 }
@@ -93,6 +98,7 @@ impl GpuOptions {
             }
         }
         options.fused_bn = switch(&lookup, "TINYPERF_FUSED_BN");
+        options.multi_tensor_optimizer = switch(&lookup, "TINYPERF_MULTI_TENSOR_OPT");
         options
     }
 }
@@ -131,6 +137,7 @@ mod tests {
         assert_eq!(options(&[]), GpuOptions::default());
         assert_eq!(GpuOptions::default().conv, ConvAlgorithm::Auto);
         assert!(!GpuOptions::default().fused_bn);
+        assert!(!GpuOptions::default().multi_tensor_optimizer);
     }
 
     #[test]
@@ -161,6 +168,7 @@ mod tests {
     #[test]
     fn on_off_switches_are_on_only_for_one() {
         assert!(options(&[("TINYPERF_FUSED_BN", "1")]).fused_bn);
+        assert!(options(&[("TINYPERF_MULTI_TENSOR_OPT", "1")]).multi_tensor_optimizer);
         for off in ["0", "", "yes", "true"] {
             assert!(!options(&[("TINYPERF_FUSED_BN", off)]).fused_bn, "{off}");
         }
