@@ -7,6 +7,7 @@
 //! | `TINYPERF_CONV` | `auto` (default), `dnn`, `implicit`, `im2col` | how non-pointwise convolutions run |
 //! | `TINYPERF_FUSED_BN` | `1` | batch norm + residual add + ReLU as one kernel each way |
 //! | `TINYPERF_MULTI_TENSOR_OPT` | `1` | the optimizer's norms and updates in one launch each for all parameters |
+//! | `TINYPERF_GPU_GRAPH` | `1` | not implemented: a warning says so, and steps run launch by launch |
 
 /// How the backend runs a convolution that is not a plain GEMM (anything but 1×1 at
 /// stride 1, which is one GEMM whatever is chosen).
@@ -99,6 +100,12 @@ impl GpuOptions {
         }
         options.fused_bn = switch(&lookup, "TINYPERF_FUSED_BN");
         options.multi_tensor_optimizer = switch(&lookup, "TINYPERF_MULTI_TENSOR_OPT");
+        if switch(&lookup, "TINYPERF_GPU_GRAPH") {
+            tracing::warn!(
+                "TINYPERF_GPU_GRAPH=1: a training step as a CUDA or HIP graph is not \
+                 implemented; steps run launch by launch"
+            );
+        }
         options
     }
 }
