@@ -85,12 +85,16 @@ impl EmulatedDevice {
         // The kernels read four 16-bit values as one 64-bit word (never bytes another
         // access of the same thread reads as 16-bit values); the host build assumes nothing
         // about such accesses. A misaligned float4 or 64-bit access, a fault on a GPU,
-        // stops the test here too.
+        // stops the test here too. Two builds (with and without EMULATED_MMA_SYNC) load
+        // into one test process: without -fno-gnu-unique the dynamic loader would make
+        // them share the block barrier and the kernels' shared-memory statics, which
+        // differ in size between the two.
         let out = Command::new("g++")
             .args([
                 "-std=c++20",
                 "-O2",
                 "-fno-strict-aliasing",
+                "-fno-gnu-unique",
                 "-fsanitize=alignment",
                 "-fno-sanitize-recover=alignment",
                 "-shared",
