@@ -66,7 +66,8 @@ struct EmulatedDevice {
 }
 
 impl EmulatedDevice {
-    fn build() -> EmulatedDevice {
+    /// `defines` are extra `-D` options of the host build.
+    fn build(defines: &[&str]) -> EmulatedDevice {
         let dir = tempfile::tempdir().unwrap();
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpu");
         let list: String = KERNEL_NAMES.iter().map(|n| format!("K({n}) ")).collect();
@@ -84,12 +85,16 @@ impl EmulatedDevice {
         // The kernels read four 16-bit values as one 64-bit word (never bytes another
         // access of the same thread reads as 16-bit values); the host build assumes nothing
         // about such accesses. A misaligned float4 or 64-bit access, a fault on a GPU,
-        // stops the test here too.
+        // stops the test here too. Two builds (with and without EMULATED_MMA_SYNC) load
+        // into one test process: without -fno-gnu-unique the dynamic loader would make
+        // them share the block barrier and the kernels' shared-memory statics, which
+        // differ in size between the two.
         let out = Command::new("g++")
             .args([
                 "-std=c++20",
                 "-O2",
                 "-fno-strict-aliasing",
+                "-fno-gnu-unique",
                 "-fsanitize=alignment",
                 "-fno-sanitize-recover=alignment",
                 "-shared",
@@ -99,6 +104,7 @@ impl EmulatedDevice {
                 "-include",
             ])
             .arg(fixtures.join("emulated_device.h"))
+            .args(defines.iter().map(|d| format!("-D{d}")))
             .arg(&source)
             .arg("-o")
             .arg(&library)
@@ -132,7 +138,16 @@ impl EmulatedDevice {
     fn shared() -> Arc<EmulatedDevice> {
         static DEVICE: OnceLock<Arc<EmulatedDevice>> = OnceLock::new();
         DEVICE
-            .get_or_init(|| Arc::new(EmulatedDevice::build()))
+            .get_or_init(|| Arc::new(EmulatedDevice::build(&[])))
+            .clone()
+    }
+
+    /// One whose kernels take the tensor-core path a GPU from Ampere on compiles, with
+    /// each warp's mma.sync product done on the host.
+    fn with_tensor_cores() -> Arc<EmulatedDevice> {
+        static DEVICE: OnceLock<Arc<EmulatedDevice>> = OnceLock::new();
+        DEVICE
+            .get_or_init(|| Arc::new(EmulatedDevice::build(&["EMULATED_MMA_SYNC"])))
             .clone()
     }
 }
@@ -771,4 +786,512 @@ fn gpus_pulsed_together_all_finish_even_when_one_cannot_load_on_an_emulated_devi
         "{:?}",
         started.elapsed()
     );
+}
+
+mod implicit_gemm_convolution {
+    use super::*;
+    use tinyperf::engine::backend::gpu::options::{ConvAlgorithm, ConvPath, GpuOptions};
+    use tinyperf::engine::backend::Conv2dParams;
+
+    fn on(device: Arc<EmulatedDevice>, conv: ConvAlgorithm) -> GpuBackend {
+        let options = GpuOptions {
+            conv,
+            ..GpuOptions::default()
+        };
+        GpuBackend::with_options(device, options)
+    }
+
+    fn backend(conv: ConvAlgorithm) -> GpuBackend {
+        on(EmulatedDevice::shared(), conv)
+    }
+
+    /// Every distinct convolution of ResNet-50 v1.5 (the stride on the bottleneck's 3×3)
+    /// with its real kernel, stride, padding and channel counts, at batch 2 on a few
+    /// pixels: (kernel, stride, in_c, out_c, input side). The side keeps each stage's
+    /// stride-2 windows overlapping the padding and the image edge as they do at 224².
+    const RESNET50: &[(usize, usize, usize, usize, usize)] = &[
+        // The stem, at 32² so that its filter gradient's depth is split.
+        (7, 2, 3, 64, 32),
+        // 1×1 at stride 1: a plain GEMM whatever the switch, checked all the same.
+        (1, 1, 64, 64, 5),
+        (1, 1, 64, 256, 5),
+        (1, 1, 256, 64, 5),
+        (1, 1, 256, 128, 5),
+        (1, 1, 128, 512, 5),
+        (1, 1, 512, 128, 5),
+        (1, 1, 512, 256, 5),
+        (1, 1, 256, 1024, 5),
+        (1, 1, 1024, 256, 5),
+        (1, 1, 1024, 512, 5),
+        (1, 1, 512, 2048, 3),
+        (1, 1, 2048, 512, 3),
+        // The 3×3 of each stage, and the first block's strided one of stages 2 to 4.
+        (3, 1, 64, 64, 5),
+        (3, 1, 128, 128, 5),
+        (3, 1, 256, 256, 5),
+        (3, 1, 512, 512, 3),
+        (3, 2, 128, 128, 6),
+        (3, 2, 256, 256, 6),
+        (3, 2, 512, 512, 6),
+        // The projection shortcuts: 1×1 at stride 1 (stage 1), then at stride 2.
+        (1, 2, 256, 512, 6),
+        (1, 2, 512, 1024, 6),
+        (1, 2, 1024, 2048, 6),
+    ];
+
+    fn shapes() -> Vec<(String, Conv2dParams)> {
+        RESNET50
+            .iter()
+            .map(|&(k, stride, in_c, out_c, side)| {
+                (
+                    format!("{k}x{k} s{stride} {in_c}→{out_c}"),
+                    Conv2dParams {
+                        batch: 2,
+                        in_h: side,
+                        in_w: side,
+                        in_c,
+                        out_c,
+                        kernel_h: k,
+                        kernel_w: k,
+                        stride,
+                        padding: k / 2,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_resnet50_convolution_by_implicit_gemm_matches_the_cpu_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let gpu = backend(ConvAlgorithm::ImplicitGemm);
+        assert_eq!(gpu.conv_path(), ConvPath::ImplicitGemm);
+        let shapes = shapes();
+        let exact = Tolerances {
+            exact: 1e-5,
+            gemm: 1e-5,
+        };
+        let results =
+            crosscheck::check_convolutions(&gpu, &CpuBackend::new(), 50, exact, &shapes).unwrap();
+        assert_eq!(results.len(), 3 * shapes.len());
+        assert_all_passed("f32", &results);
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
+            let results = crosscheck::check_convolutions(
+                &gpu.with_precision(precision),
+                &reference,
+                50,
+                Tolerances::sixteen_bit(precision),
+                &shapes,
+            )
+            .unwrap();
+            assert_eq!(results.len(), 3 * shapes.len());
+            assert_all_passed(precision.name(), &results);
+        }
+        let launched = device.launches.lock().unwrap().clone();
+        for pass in ["forward", "backward_data", "backward_filter"] {
+            for suffix in ["", "_f16", "_bf16"] {
+                let kernel = format!("conv_implicit_{pass}{suffix}");
+                assert!(launched.contains(&kernel), "{kernel} never ran");
+            }
+        }
+        assert!(
+            launched.contains("conv_split_sum"),
+            "no split filter gradient"
+        );
+    }
+
+    #[test]
+    fn every_resnet50_convolution_on_tensor_cores_matches_the_cpu_in_16_bits_on_an_emulated_device()
+    {
+        // The mma.sync fragments' own layout of the tiles and of the sums, on one shape
+        // of each kind (every warp's share of a whole tile and of edge tiles, a split
+        // filter gradient): the addressing is the portable path's, checked above on all.
+        let shapes: Vec<_> = shapes()
+            .into_iter()
+            .filter(|(label, _)| {
+                [
+                    "7x7 s2 3→64",
+                    "3x3 s1 64→64",
+                    "3x3 s2 128→128",
+                    "1x1 s2 256→512",
+                ]
+                .contains(&label.as_str())
+            })
+            .collect();
+        assert_eq!(shapes.len(), 4);
+        let gpu = on(
+            EmulatedDevice::with_tensor_cores(),
+            ConvAlgorithm::ImplicitGemm,
+        );
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
+            let results = crosscheck::check_convolutions(
+                &gpu.with_precision(precision),
+                &reference,
+                51,
+                Tolerances::sixteen_bit(precision),
+                &shapes,
+            )
+            .unwrap();
+            assert_eq!(results.len(), 3 * shapes.len());
+            assert_all_passed(precision.name(), &results);
+        }
+    }
+
+    #[test]
+    fn the_bounds_fail_a_convolution_that_reads_the_neighbouring_pixel() {
+        // A kernel off by one pixel in its addressing computes the convolution of the
+        // input shifted by one column; on random inputs that lies far outside every
+        // bound above (1e-5 in f32, 2⁻⁶ in bf16).
+        use tinyperf::engine::Backend;
+        let cpu = CpuBackend::new();
+        for (label, p) in shapes().into_iter().filter(|(_, p)| p.kernel_h > 1) {
+            let x: Vec<f32> = (0..p.input_len())
+                .map(|i| ((i * 7919 % 1009) as f32) / 504.5 - 1.0)
+                .collect();
+            let c = p.in_c;
+            let shifted: Vec<f32> = (0..p.input_len())
+                .map(|i| {
+                    let column = (i / c) % p.in_w;
+                    if column + 1 < p.in_w {
+                        x[i + c]
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let w: Vec<f32> = (0..p.weight_len())
+                .map(|i| ((i * 104_729 % 997) as f32) / 2492.5 - 0.2)
+                .collect();
+            let conv = |x: &[f32]| {
+                let (xb, wb) = (cpu.upload(x).unwrap(), cpu.upload(&w).unwrap());
+                let mut y = cpu.alloc(p.output_len()).unwrap();
+                cpu.conv2d_forward(&p, &xb, &wb, &mut y).unwrap();
+                let mut out = vec![0.0; p.output_len()];
+                cpu.download(&y, &mut out).unwrap();
+                out
+            };
+            let off_by_one = crosscheck::compare(&label, "y", &conv(&shifted), &conv(&x), 0.0);
+            assert!(off_by_one.relative > 0.3, "{label}: {off_by_one:?}");
+        }
+    }
+
+    #[test]
+    fn a_training_step_by_implicit_gemm_matches_im2col_on_an_emulated_device() {
+        let implicit = backend(ConvAlgorithm::ImplicitGemm);
+        let im2col = backend(ConvAlgorithm::Im2col);
+        assert_eq!(im2col.conv_path(), ConvPath::Im2col);
+        // No DNN library on the emulated device: auto is im2col, as TINYPERF_CUDNN=0 is.
+        assert_eq!(backend(ConvAlgorithm::Auto).conv_path(), ConvPath::Im2col);
+        let StepShape {
+            model,
+            batch,
+            image_size,
+            classes,
+        } = SIXTEEN_BIT_STEP;
+        let results = crosscheck::check_training_step(
+            &implicit,
+            &im2col,
+            model,
+            batch,
+            image_size,
+            classes,
+            StepTolerances::default(),
+        )
+        .unwrap();
+        assert_all_passed("f32 step", &results);
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let results = crosscheck::check_training_step(
+                &implicit.with_precision(precision),
+                &im2col.with_precision(precision),
+                model,
+                batch,
+                image_size,
+                classes,
+                StepTolerances::sixteen_bit(),
+            )
+            .unwrap();
+            assert_all_passed(precision.name(), &results);
+        }
+    }
+}
+
+mod fused_batch_norm {
+    use super::*;
+    use tinyperf::engine::backend::gpu::options::GpuOptions;
+    use tinyperf::engine::backend::{
+        BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved,
+    };
+    use tinyperf::engine::Backend;
+
+    fn backend(fused_bn: bool) -> GpuBackend {
+        let options = GpuOptions {
+            fused_bn,
+            ..GpuOptions::default()
+        };
+        GpuBackend::with_options(EmulatedDevice::shared(), options)
+    }
+
+    fn values(len: usize, seed: usize, scale: f32, offset: f32) -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5 - 1.0) * scale + offset)
+            .collect()
+    }
+
+    fn host<B: Backend>(b: &B, buf: &B::Buffer) -> Vec<f32> {
+        let mut out = vec![0.0; b.buffer_len(buf)];
+        b.download(buf, &mut out).unwrap();
+        out
+    }
+
+    /// The end of a residual block on `b`, forward in training and in eval mode and
+    /// backward: each output by name. The backward masks by `y_for_backward` when given,
+    /// else by the forward's own output.
+    fn block_end<B: Backend>(
+        b: &B,
+        rows: usize,
+        c: usize,
+        y_for_backward: Option<&[f32]>,
+    ) -> Vec<(&'static str, Vec<f32>)> {
+        let p = BatchNormParams {
+            rows,
+            channels: c,
+            eps: 1e-5,
+            momentum: 0.1,
+        };
+        let n = rows * c;
+        let x = b.upload(&values(n, 1, 2.0, 0.5)).unwrap();
+        let residual = b.upload(&values(n, 2, 1.0, 0.0)).unwrap();
+        let mut bn = BatchNormBuffers {
+            gamma: b.upload(&values(c, 3, 0.5, 1.0)).unwrap(),
+            beta: b.upload(&values(c, 4, 0.3, 0.0)).unwrap(),
+            running_mean: b.zeros(c).unwrap(),
+            running_var: b.upload(&vec![1.0; c]).unwrap(),
+        };
+        let mut saved = BatchNormSaved {
+            mean: b.alloc(c).unwrap(),
+            inv_std: b.alloc(c).unwrap(),
+        };
+        let mut y = b.alloc(n).unwrap();
+        b.batch_norm_add_relu_forward_train(&p, &x, &residual, &mut bn, &mut saved, &mut y)
+            .unwrap();
+        let mut y_eval = b.alloc(n).unwrap();
+        b.batch_norm_add_relu_forward_eval(&p, &x, &residual, &bn, &mut y_eval)
+            .unwrap();
+        let y_out = host(b, &y);
+        if let Some(given) = y_for_backward {
+            y = b.upload(given).unwrap();
+        }
+        let mut dy = b.upload(&values(n, 5, 1.0, 0.0)).unwrap();
+        let mut dx = b.alloc(n).unwrap();
+        let mut grads = BatchNormGrads {
+            gamma: b.alloc(c).unwrap(),
+            beta: b.alloc(c).unwrap(),
+        };
+        b.batch_norm_add_relu_backward(&p, &x, &y, &mut dy, &bn.gamma, &saved, &mut dx, &mut grads)
+            .unwrap();
+        vec![
+            ("y", y_out),
+            ("running mean", host(b, &bn.running_mean)),
+            ("running var", host(b, &bn.running_var)),
+            ("y (eval)", host(b, &y_eval)),
+            ("dx", host(b, &dx)),
+            ("residual gradient", host(b, &dy)),
+            ("dgamma", host(b, &grads.gamma)),
+            ("dbeta", host(b, &grads.beta)),
+        ]
+    }
+
+    fn compare_all(
+        label: &str,
+        got: &[(&'static str, Vec<f32>)],
+        want: &[(&'static str, Vec<f32>)],
+        tolerance: f64,
+    ) {
+        assert_eq!(got.len(), want.len());
+        for ((name, g), (_, w)) in got.iter().zip(want) {
+            let result = crosscheck::compare(label, name, g, w, tolerance);
+            assert!(result.passed, "{label}: {result:?}");
+        }
+    }
+
+    #[test]
+    fn fused_batch_norm_add_relu_matches_the_unfused_ops_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let (fused, unfused) = (backend(true), backend(false));
+        // 45 channels take the kernels' one-at-a-time path, 64 their four-at-a-time one;
+        // over 1,024 rows the statistics come from several slabs.
+        for (rows, c) in [(2 * 1024 + 37, 45), (3 * 128 + 5, 64)] {
+            let on_cpu = block_end(&CpuBackend::new(), rows, c, None);
+            let want = block_end(&unfused, rows, c, None);
+            compare_all(&format!("unfused c{c}"), &want, &on_cpu, 1e-5);
+            let got = block_end(&fused, rows, c, None);
+            compare_all(&format!("f32 c{c}"), &got, &want, 1e-6);
+            for precision in [Precision::Fp16, Precision::Bf16] {
+                // The fused kernel rounds the sum once where the ops round three times,
+                // so a sum within rounding of zero may pass the ReLU in one and not the
+                // other: both backwards mask by the unfused output.
+                let unfused = unfused.with_precision(precision);
+                let want = block_end(&unfused, rows, c, None);
+                let got = block_end(&fused.with_precision(precision), rows, c, Some(&want[0].1));
+                compare_all(
+                    &format!("{precision} c{c}"),
+                    &got,
+                    &want,
+                    Tolerances::sixteen_bit(precision).gemm,
+                );
+            }
+        }
+        let launched = device.launches.lock().unwrap().clone();
+        for kernel in [
+            "channel_affine_add_relu",
+            "channel_affine_add_relu_f16",
+            "channel_affine_add_relu_bf16",
+            "bn_backward_dx_relu_residual",
+            "bn_backward_dx_relu_residual_f16",
+            "bn_backward_dx_relu_residual_bf16",
+        ] {
+            assert!(launched.contains(kernel), "{kernel} never ran");
+        }
+    }
+
+    #[test]
+    fn a_resnet_training_step_with_fused_batch_norm_matches_it_unfused_on_an_emulated_device() {
+        let (fused, unfused) = (backend(true), backend(false));
+        // ResNet-50's bottlenecks and projection shortcuts at a few pixels, and
+        // ResNet-20's basic blocks with identity shortcuts in 16 bits too.
+        let results = crosscheck::check_training_step(
+            &fused,
+            &unfused,
+            tinyperf::engine::train::ModelChoice::ResNet50,
+            2,
+            32,
+            10,
+            StepTolerances::default(),
+        )
+        .unwrap();
+        assert_all_passed("ResNet-50 f32 step", &results);
+        let StepShape {
+            model,
+            batch,
+            image_size,
+            classes,
+        } = SIXTEEN_BIT_STEP;
+        for precision in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
+            let tolerances = match precision {
+                Precision::Fp32 => StepTolerances::default(),
+                _ => StepTolerances::sixteen_bit(),
+            };
+            let results = crosscheck::check_training_step(
+                &fused.with_precision(precision),
+                &unfused.with_precision(precision),
+                model,
+                batch,
+                image_size,
+                classes,
+                tolerances,
+            )
+            .unwrap();
+            assert_all_passed(precision.name(), &results);
+        }
+    }
+}
+
+mod multi_tensor_optimizer {
+    use super::*;
+    use tinyperf::engine::backend::gpu::options::GpuOptions;
+    use tinyperf::engine::data::Batch;
+    use tinyperf::engine::init::standard_normal;
+    use tinyperf::engine::layers::SoftmaxCrossEntropy;
+    use tinyperf::engine::model::Model;
+    use tinyperf::engine::optim::LarsConfig;
+    use tinyperf::engine::train::step::{train_step, DeviceBatch};
+    use tinyperf::engine::train::{DeviceOptimizer, ModelChoice, StepOutcome};
+    use tinyperf::engine::Backend;
+
+    /// Every weight after two LARS steps of ResNet-20 on `backend`, the last step's
+    /// trust ratios, and the loss of each step.
+    fn train(backend: &GpuBackend) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let (image, classes, n) = (8, 10, 4);
+        let mut model = ModelChoice::ResNet20
+            .build(backend, classes, image, 3)
+            .unwrap();
+        let mut optimizer = DeviceOptimizer::new(LarsConfig::default());
+        let batch = Batch {
+            epoch: 0,
+            index: 0,
+            image_size: image,
+            images: standard_normal(9, 3, n * image * image * 3),
+            labels: (0..n as u32).map(|i| i % classes as u32).collect(),
+            valid: vec![true; n],
+            sample_ids: (0..n).collect(),
+            replaced: 0,
+        };
+        let batch = DeviceBatch::upload(backend, &batch).unwrap();
+        let loss_fn = SoftmaxCrossEntropy {
+            label_smoothing: 0.1,
+        };
+        let mut losses = Vec::new();
+        for _ in 0..2 {
+            // A loss scale, divided out inside the update, as mixed precision runs do.
+            let outcome = train_step(
+                backend,
+                &mut model,
+                &mut optimizer,
+                &loss_fn,
+                &batch,
+                0.5,
+                8.0,
+                &|| false,
+            )
+            .unwrap();
+            let StepOutcome::Updated(result) = outcome else {
+                panic!("{outcome:?}");
+            };
+            losses.push(result.loss);
+        }
+        let mut weights = Vec::new();
+        for p in model.parameters() {
+            let mut v = vec![0.0; backend.buffer_len(p.param.value)];
+            backend.download(p.param.value, &mut v).unwrap();
+            weights.extend(v);
+        }
+        (weights, optimizer.last_trust_ratios().to_vec(), losses)
+    }
+
+    #[test]
+    fn one_launch_for_every_parameter_updates_as_one_per_parameter_on_an_emulated_device() {
+        let device = EmulatedDevice::shared();
+        let on = |multi_tensor_optimizer| {
+            let options = GpuOptions {
+                multi_tensor_optimizer,
+                ..GpuOptions::default()
+            };
+            GpuBackend::with_options(device.clone(), options)
+        };
+        let (w_multi, trust_multi, loss_multi) = train(&on(true));
+        let (w_single, trust_single, loss_single) = train(&on(false));
+        // The norms sum in another order (a row of partials per tensor), so the trust
+        // ratios, and the weights through them, agree to rounding.
+        let trust = crosscheck::compare("LARS", "trust ratios", &trust_multi, &trust_single, 1e-5);
+        assert!(trust.passed, "{trust:?}");
+        assert!(trust_single.iter().any(|&t| t != 1.0), "LARS ran");
+        let weights = crosscheck::compare("LARS", "weights", &w_multi, &w_single, 1e-5);
+        assert!(weights.passed, "{weights:?}");
+        let losses = crosscheck::compare("LARS", "losses", &loss_multi, &loss_single, 1e-4);
+        assert!(losses.passed, "{losses:?}");
+        assert!(
+            loss_single[1] < loss_single[0],
+            "it trained: {loss_single:?}"
+        );
+        let launched = device.launches.lock().unwrap().clone();
+        for kernel in [
+            "momentum_update_multi",
+            "sum_squares_multi_partial",
+            "sum_partials_multi",
+        ] {
+            assert!(launched.contains(kernel), "{kernel} never ran");
+        }
+    }
 }

@@ -582,6 +582,28 @@ pub fn check_ops<T: Backend, R: Backend>(
     Ok(pair.results)
 }
 
+/// The three passes of each labelled convolution of `test` against `reference` on random
+/// inputs: forward, data gradient and filter gradient, each held to `tol.gemm`.
+pub fn check_convolutions<T: Backend, R: Backend>(
+    test: &T,
+    reference: &R,
+    seed: u64,
+    tol: Tolerances,
+    shapes: &[(String, Conv2dParams)],
+) -> Result<Vec<OpComparison>> {
+    let mut pair = Pair {
+        test,
+        reference,
+        rng: Rng::new(seed),
+        tol,
+        results: Vec::new(),
+    };
+    for (label, p) in shapes {
+        pair.conv(label, *p)?;
+    }
+    Ok(pair.results)
+}
+
 /// Bounds on a whole training step's disagreement, relative to the reference's norm.
 ///
 /// Gradients need far looser bounds than single ops: a ReLU whose input lies within

@@ -17,6 +17,7 @@ pub mod gpu;
 pub mod half_storage;
 mod params;
 pub mod select;
+pub mod unfused;
 
 pub use params::{
     BatchNormParams, Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
@@ -30,6 +31,15 @@ use super::Result;
 pub enum DType {
     #[default]
     F32,
+}
+
+/// One parameter's share of [`Backend::momentum_update_many`].
+pub struct MomentumStep<'a, Buf> {
+    pub w: &'a mut Buf,
+    pub g: &'a Buf,
+    pub b: &'a mut Buf,
+    pub step: f32,
+    pub decay: f32,
 }
 
 /// The learned and running parameters of one batch-norm layer, each `channels` long.
@@ -172,6 +182,52 @@ pub trait Backend: Send + Sync {
         self.batch_norm_backward(p, x, dy, gamma, saved, dx, grads)
     }
 
+    /// The end of a residual block: `y := ReLU(batch_norm_train(x) + residual)`. Device
+    /// backends may fuse it into one pass over the tensors; this default runs the three
+    /// ops ([`unfused`]).
+    fn batch_norm_add_relu_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        residual: &Self::Buffer,
+        bn: &mut BatchNormBuffers<Self::Buffer>,
+        saved: &mut BatchNormSaved<Self::Buffer>,
+        y: &mut Self::Buffer,
+    ) -> Result<()> {
+        unfused::batch_norm_add_relu_forward_train(self, p, x, residual, bn, saved, y)
+    }
+
+    /// The same with running statistics.
+    fn batch_norm_add_relu_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        residual: &Self::Buffer,
+        bn: &BatchNormBuffers<Self::Buffer>,
+        y: &mut Self::Buffer,
+    ) -> Result<()> {
+        unfused::batch_norm_add_relu_forward_eval(self, p, x, residual, bn, y)
+    }
+
+    /// The backward of [`batch_norm_add_relu_forward_train`](Self::batch_norm_add_relu_forward_train):
+    /// `y` is its output and `dy` the gradient there, which this overwrites with the
+    /// gradient at the sum (dy masked by `y > 0`: the residual's gradient); `dx`, dγ and
+    /// dβ are batch norm's.
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm_add_relu_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &Self::Buffer,
+        y: &Self::Buffer,
+        dy: &mut Self::Buffer,
+        gamma: &Self::Buffer,
+        saved: &BatchNormSaved<Self::Buffer>,
+        dx: &mut Self::Buffer,
+        grads: &mut BatchNormGrads<Self::Buffer>,
+    ) -> Result<()> {
+        unfused::batch_norm_add_relu_backward(self, p, x, y, dy, gamma, saved, dx, grads)
+    }
+
     // --- ReLU (in place) -----------------------------------------------------------
     fn relu_forward(&self, x: &mut Self::Buffer) -> Result<()>;
     /// dy := dy · [y > 0], where y is the ReLU's output.
@@ -277,9 +333,36 @@ pub trait Backend: Send + Sync {
         self.axpy(-1.0, b, w)
     }
 
+    /// [`momentum_update`](Self::momentum_update) of many parameters, each with its own
+    /// step and decay. Device backends may update them all in one launch; this default
+    /// updates them one by one.
+    fn momentum_update_many(
+        &self,
+        momentum: f32,
+        updates: &mut [MomentumStep<'_, Self::Buffer>],
+    ) -> Result<()> {
+        for u in updates {
+            self.momentum_update(u.w, u.g, u.b, momentum, u.step, u.decay)?;
+        }
+        Ok(())
+    }
+
     /// out[index] := Σ x², so many norms can be gathered in one buffer and downloaded
     /// (or consumed on the device) together.
     fn sum_squares(&self, x: &Self::Buffer, out: &mut Self::Buffer, index: usize) -> Result<()>;
+
+    /// [`sum_squares`](Self::sum_squares) of each `(x, index)`: device backends may sum
+    /// them all in one launch; this default sums them one by one.
+    fn sum_squares_many(
+        &self,
+        xs: &[(&Self::Buffer, usize)],
+        out: &mut Self::Buffer,
+    ) -> Result<()> {
+        for &(x, index) in xs {
+            self.sum_squares(x, out, index)?;
+        }
+        Ok(())
+    }
     /// Whether any element is NaN or infinite (a small download on device backends).
     fn has_non_finite(&self, x: &Self::Buffer) -> Result<bool>;
 }

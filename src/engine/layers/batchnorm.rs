@@ -161,6 +161,66 @@ impl<B: Backend> BatchNorm2d<B> {
         Ok(dx)
     }
 
+    /// `ReLU(bn(x) + residual)`: the end of a residual block, in one op where the backend
+    /// fuses it.
+    pub fn forward_add_relu(
+        &mut self,
+        backend: &B,
+        x: &Tensor<B>,
+        residual: &Tensor<B>,
+    ) -> Result<Tensor<B>> {
+        let p = self.params(x)?;
+        residual.expect_shape("batch_norm add relu", "residual", x.shape())?;
+        let mut y = Tensor::alloc(backend, x.shape())?;
+        let (x, r, out) = (x.buffer(), residual.buffer(), y.buffer_mut());
+        if self.training {
+            backend.batch_norm_add_relu_forward_train(
+                &p,
+                x,
+                r,
+                &mut self.state,
+                &mut self.saved,
+                out,
+            )?;
+            self.saved_valid = true;
+        } else {
+            backend.batch_norm_add_relu_forward_eval(&p, x, r, &self.state, out)?;
+        }
+        Ok(y)
+    }
+
+    /// Gradients of the last training-mode [`forward_add_relu`](Self::forward_add_relu),
+    /// given its output `y` and the gradient `dy` there (consumed): (dx, the residual's
+    /// gradient).
+    pub fn backward_add_relu(
+        &mut self,
+        backend: &B,
+        x: &Tensor<B>,
+        y: &Tensor<B>,
+        mut dy: Tensor<B>,
+    ) -> Result<(Tensor<B>, Tensor<B>)> {
+        if !self.saved_valid {
+            return Err(EngineError::MissingForwardState {
+                op: "batch_norm backward",
+            });
+        }
+        let p = self.params(x)?;
+        dy.expect_shape("batch_norm add relu backward", "dy", x.shape())?;
+        y.expect_shape("batch_norm add relu backward", "output", x.shape())?;
+        let mut dx = Tensor::alloc(backend, x.shape())?;
+        backend.batch_norm_add_relu_backward(
+            &p,
+            x.buffer(),
+            y.buffer(),
+            dy.buffer_mut(),
+            &self.state.gamma,
+            &self.saved,
+            dx.buffer_mut(),
+            &mut self.grads,
+        )?;
+        Ok((dx, dy))
+    }
+
     pub fn parameters(&mut self) -> Vec<ParamMut<'_, B>> {
         vec![
             ParamMut {

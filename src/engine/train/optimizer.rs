@@ -1,16 +1,17 @@
 //! The recipe's optimizer applied on the device: LARS on conv and linear weights,
 //! momentum SGD without weight decay on the skip list (batch-norm γ/β, biases).
 //!
-//! Every update is one fused backend call per parameter; the only data that leaves the
-//! device is one buffer holding ‖g‖² of every parameter and ‖w‖² of every LARS parameter,
-//! gathered with `sum_squares` and downloaded once per step. From it the host computes
+//! The norms and the updates of all parameters are one backend call each (which a device
+//! backend may run as one launch); the only data that leaves the device is one buffer
+//! holding ‖g‖² of every parameter and ‖w‖² of every LARS parameter, downloaded once per
+//! step. From it the host computes
 //! the trust ratios with [`lars_trust_ratio`] and finds a gradient that overflowed, in
 //! which case no weight is touched.
 //!
 //! Gradients may arrive multiplied by a loss scale; the scale is divided out inside the
 //! update (in the step size and the trust ratio), so no extra pass over them is needed.
 
-use crate::engine::backend::Backend;
+use crate::engine::backend::{Backend, MomentumStep};
 use crate::engine::model::NamedParam;
 use crate::engine::optim::{lars_trust_ratio, LarsConfig};
 use crate::engine::{EngineError, Result};
@@ -70,12 +71,15 @@ impl<B: Backend> DeviceOptimizer<B> {
             .norms
             .as_mut()
             .ok_or_else(|| invalid("the norm buffer was not allocated".into()))?;
+        let mut squared: Vec<(&B::Buffer, usize)> = Vec::with_capacity(2 * params.len());
         for (i, p) in params.iter().enumerate() {
             if p.param.kind.uses_lars() {
-                backend.sum_squares(p.param.value, norms, 2 * i)?;
+                squared.push((&*p.param.value, 2 * i));
             }
-            backend.sum_squares(p.param.grad, norms, 2 * i + 1)?;
+            squared.push((&*p.param.grad, 2 * i + 1));
         }
+        backend.sum_squares_many(&squared, norms)?;
+        drop(squared);
         backend.download(norms, &mut self.norms_host)?;
         let overflowed = (0..params.len()).any(|i| !self.norms_host[2 * i + 1].is_finite());
         if overflowed {
@@ -88,8 +92,8 @@ impl<B: Backend> DeviceOptimizer<B> {
             trust_coefficient,
             epsilon,
         } = self.config;
-        for (i, p) in params.iter_mut().enumerate() {
-            let buf = &mut self.momentum[i];
+        let mut updates = Vec::with_capacity(params.len());
+        for ((i, p), buf) in params.iter_mut().enumerate().zip(&mut self.momentum) {
             let (trust, decay) = if p.param.kind.uses_lars() {
                 let w_norm = self.norms_host[2 * i].max(0.0).sqrt();
                 let g_norm = self.norms_host[2 * i + 1].max(0.0).sqrt() * unscale;
@@ -102,15 +106,15 @@ impl<B: Backend> DeviceOptimizer<B> {
             self.last_trust[i] = trust;
             // b = momentum·b + trust·lr·(g + wd·w); w = w − b, with g = grad/grad_scale
             // folded in as step trust·lr/grad_scale and decay wd·grad_scale.
-            backend.momentum_update(
-                p.param.value,
-                p.param.grad,
-                buf,
-                momentum,
-                trust * lr * unscale,
-                decay * grad_scale,
-            )?;
+            updates.push(MomentumStep {
+                w: &mut *p.param.value,
+                g: &*p.param.grad,
+                b: buf,
+                step: trust * lr * unscale,
+                decay: decay * grad_scale,
+            });
         }
+        backend.momentum_update_many(momentum, &mut updates)?;
         Ok(UpdateOutcome::Applied)
     }
 

@@ -6,6 +6,43 @@
 use super::driver::{DevicePtr, Gemm, GemmTypes, Transpose};
 use crate::engine::backend::Conv2dParams;
 
+/// A pass of a convolution, for the implicit-GEMM kernels, which read their operands in
+/// place: each is a GEMM `[rows, depth] × [depth, cols]` into a row-major `[rows, cols]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// y [pixels, Cout] from x and W: depth (kh, kw, ci).
+    Forward,
+    /// dx [input pixels, Cin] from dy and W: depth (kh, kw, co).
+    BackwardData,
+    /// dW [KH·KW·Cin, Cout] from x and dy: depth every output pixel of the batch.
+    BackwardFilter,
+}
+
+impl Pass {
+    /// The f32 entry point; the 16-bit forms carry the format's suffix.
+    pub fn implicit_kernel(self) -> &'static str {
+        match self {
+            Pass::Forward => "conv_implicit_forward",
+            Pass::BackwardData => "conv_implicit_backward_data",
+            Pass::BackwardFilter => "conv_implicit_backward_filter",
+        }
+    }
+
+    /// (rows, cols, depth).
+    pub fn dims(self, p: &Conv2dParams) -> (usize, usize, usize) {
+        let pixels = p.batch * p.out_h() * p.out_w();
+        match self {
+            Pass::Forward => (pixels, p.out_c, depth(p)),
+            Pass::BackwardData => (
+                p.batch * p.in_h * p.in_w,
+                p.in_c,
+                p.kernel_h * p.kernel_w * p.out_c,
+            ),
+            Pass::BackwardFilter => (depth(p), p.out_c, pixels),
+        }
+    }
+}
+
 fn depth(p: &Conv2dParams) -> usize {
     p.kernel_h * p.kernel_w * p.in_c
 }
@@ -124,5 +161,19 @@ mod tests {
         assert_eq!((w.m, w.n, w.k, w.trans_a), (45, 6, rows, Transpose::Yes));
         assert_eq!(w.beta, 0.0);
         assert_eq!(backward_filter(&p, rows, a, b, c, true).beta, 1.0);
+    }
+
+    #[test]
+    fn implicit_passes_have_the_dimensions_of_their_explicit_gemms() {
+        let p = conv();
+        let rows = p.batch * p.out_h() * p.out_w();
+        let (a, b, c) = (DevicePtr(1), DevicePtr(2), DevicePtr(3));
+        let f = forward(&p, rows, a, b, c);
+        assert_eq!(Pass::Forward.dims(&p), (f.m, f.n, f.k));
+        let w = backward_filter(&p, rows, a, b, c, false);
+        assert_eq!(Pass::BackwardFilter.dims(&p), (w.m, w.n, w.k));
+        // The data gradient gathers over (kh, kw, co) per input pixel instead of
+        // scattering the column gradient: 2·9·7 pixels of 5 channels, 9·6 deep.
+        assert_eq!(Pass::BackwardData.dims(&p), (126, 5, 54));
     }
 }

@@ -2,6 +2,7 @@
 //! here): 16-bit activations take half the bytes of f32 ones, and ResNet-50 at batch 256
 //! fits a 24 GiB card (RTX 4090, RX 7900 XTX) with room left for the runtime.
 
+use super::options::{ConvAlgorithm, GpuOptions};
 use super::stand_in::StandInDevice;
 use super::GpuBackend;
 use crate::engine::backend::crosscheck::{check_ops, Tolerances};
@@ -17,8 +18,21 @@ fn resnet50_step_memory(
     batch: usize,
     capacity: usize,
 ) -> (usize, usize, usize) {
+    resnet50_step_memory_by(ConvAlgorithm::Im2col, precision, batch, capacity)
+}
+
+fn resnet50_step_memory_by(
+    conv: ConvAlgorithm,
+    precision: Precision,
+    batch: usize,
+    capacity: usize,
+) -> (usize, usize, usize) {
     let device = StandInDevice::new(capacity);
-    let backend = GpuBackend::new(device.clone()).with_precision(precision);
+    let options = GpuOptions {
+        conv,
+        ..GpuOptions::default()
+    };
+    let backend = GpuBackend::with_options(device.clone(), options).with_precision(precision);
     let mut model = ModelChoice::ResNet50
         .build(&backend, 1000, 224, 1)
         .expect("the model fits");
@@ -68,6 +82,22 @@ fn resnet50_at_batch_256_in_16_bits_fits_a_24_gib_card_on_a_stand_in_device() {
 }
 
 #[test]
+fn implicit_gemm_convolutions_need_no_column_buffer_on_a_stand_in_device() {
+    // im2col's column chunks (up to 2^27 elements) are the step's largest scratch; the
+    // implicit kernels' only scratch is the split filter gradients' partials.
+    let unlimited = 1 << 50;
+    let (im2col, _, _) =
+        resnet50_step_memory_by(ConvAlgorithm::Im2col, Precision::Fp16, 256, unlimited);
+    let (implicit, _, _) =
+        resnet50_step_memory_by(ConvAlgorithm::ImplicitGemm, Precision::Fp16, 256, unlimited);
+    eprintln!("fp16 ResNet-50 at batch 256, peak in use: im2col {im2col}, implicit {implicit}");
+    assert!(
+        implicit + 128 * (1 << 20) < im2col,
+        "implicit {implicit} bytes at the peak against im2col's {im2col}"
+    );
+}
+
+#[test]
 fn a_step_squeezed_into_less_memory_reuses_the_cache_instead_of_failing_on_a_stand_in_device() {
     let (in_use, reserved, frees) = resnet50_step_memory(Precision::Fp16, 32, 1 << 50);
     assert_eq!(
@@ -86,9 +116,17 @@ fn a_step_squeezed_into_less_memory_reuses_the_cache_instead_of_failing_on_a_sta
 #[test]
 fn every_access_of_every_op_and_a_training_step_lies_inside_a_live_block_on_a_stand_in_device() {
     for precision in [Precision::Fp32, Precision::Fp16, Precision::Bf16] {
-        for device in [StandInDevice::new(GIB), StandInDevice::with_dnn(GIB)] {
-            let backend = GpuBackend::new(device).with_precision(precision);
-            let label = format!("{precision}, DNN {}", backend.dnn);
+        for (device, conv) in [
+            (StandInDevice::new(GIB), ConvAlgorithm::Im2col),
+            (StandInDevice::with_dnn(GIB), ConvAlgorithm::Auto),
+            (StandInDevice::new(GIB), ConvAlgorithm::ImplicitGemm),
+        ] {
+            let options = GpuOptions {
+                conv,
+                ..GpuOptions::default()
+            };
+            let backend = GpuBackend::with_options(device, options).with_precision(precision);
+            let label = format!("{precision}, {:?}", backend.conv);
             // The stand-in computes nothing, so the comparisons mean nothing here; every
             // op running without a refused access is what counts.
             check_ops(&backend, &CpuBackend::new(), 1, Tolerances::default())

@@ -191,6 +191,65 @@ KERNEL void momentum_update(float* w, const float* g, float* b, long long n, flo
     FOR_EACH_TAIL(n) momentum_one(&w[i], g[i], &b[i], momentum, step, step_decay);
 }
 
+// ---------------------------------------------------------------- multi-tensor updates
+
+// One launch over many parameter tensors: a table in device memory names each tensor
+// (laid out as the host writes it: the pointers, a 64-bit count, then any floats),
+// blockIdx.y picks the tensor and the blocks of a row stride over it.
+struct MomentumEntry {
+    float* w;
+    const float* g;
+    float* b;
+    long long n;
+    float step;
+    float step_decay;
+};
+
+KERNEL void momentum_update_multi(const MomentumEntry* table, float momentum) {
+    MomentumEntry e = table[blockIdx.y];
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < e.n; i += stride)
+        momentum_one(&e.w[i], e.g[i], &e.b[i], momentum, e.step, e.step_decay);
+}
+
+// Σ x² of many tensors in two deterministic stages: each block of row t writes its
+// partial to partials[t·gridDim.x + blockIdx.x], then one block per tensor adds its row of
+// partials in order into out[index[t]].
+struct SquaresEntry {
+    const float* x;
+    long long n;
+};
+
+KERNEL void sum_squares_multi_partial(const SquaresEntry* table, float* partials) {
+    __shared__ float acc[BLOCK];
+    SquaresEntry e = table[blockIdx.y];
+    float s = 0.0f;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < e.n; i += stride)
+        s += e.x[i] * e.x[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) acc[threadIdx.x] += acc[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partials[(long long)blockIdx.y * gridDim.x + blockIdx.x] = acc[0];
+}
+
+KERNEL void sum_partials_multi(const float* partials, int count, const int* index, float* out) {
+    __shared__ double acc[BLOCK];
+    const float* row = partials + (long long)blockIdx.x * count;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < count; i += BLOCK) s += (double)row[i];
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = BLOCK / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) acc[threadIdx.x] += acc[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[index[blockIdx.x]] = (float)acc[0];
+}
+
 __device__ float relu(float v) { return v > 0.0f ? v : 0.0f; }
 __device__ float relu_grad(float y, float g) { return y > 0.0f ? g : 0.0f; }
 
@@ -501,6 +560,348 @@ OHWI_TO_HWIO(ohwi_to_hwio, F32, F32)
 OHWI_TO_HWIO(ohwi_to_hwio_f16, F16, F32)
 OHWI_TO_HWIO(ohwi_to_hwio_bf16, BF16, F32)
 
+// ---------------------------------------------------------------- implicit-GEMM convolution
+
+// Each convolution pass as a GEMM C[M, N] = A[M, K] · B[K, N] whose operands are read
+// straight from the tensors, the im2col matrix never written: a block computes a 64×64
+// tile of C over 16-deep slices of K staged in shared memory. A problem (forward, data
+// gradient, filter gradient) says where each operand element lives, or that it is a
+// padding zero; a tile's math (a portable FMA loop, or tensor cores where the compiler
+// targets them) says how the staged slices are stored and multiplied. Every math runs on
+// the same addressing, and C is row-major [M, N] for all three passes: y [pixels, Cout],
+// dx [pixels, Cin], dW [KH·KW·Cin, Cout]. Index arithmetic is 32-bit (the host checks
+// that every tensor has fewer than 2^31 elements); offsets are 64-bit.
+
+#define IG_BM 64
+#define IG_BN 64
+#define IG_BK 16
+#define IG_THREADS 128
+
+struct IgShape {
+    int batch, h, w, c, cout, kh_n, kw_n, stride, pad, oh_n, ow_n;
+};
+
+// Forward: rows are output pixels, depth is (kh, kw, ci), columns output channels.
+struct IgForward {
+    IgShape s;
+    struct Row {
+        long long image;
+        int ih0, iw0;
+        bool valid;
+    };
+    __device__ int rows() const { return s.batch * s.oh_n * s.ow_n; }
+    __device__ int cols() const { return s.cout; }
+    __device__ int depth() const { return s.kh_n * s.kw_n * s.c; }
+    __device__ Row row(int m) const {
+        Row r;
+        r.valid = m < rows();
+        int ow = m % s.ow_n, t = m / s.ow_n;
+        int oh = t % s.oh_n, n = t / s.oh_n;
+        r.image = (long long)n * s.h * s.w * s.c;
+        r.ih0 = oh * s.stride - s.pad;
+        r.iw0 = ow * s.stride - s.pad;
+        return r;
+    }
+    __device__ long long a_at(const Row& r, int k) const {
+        if (!r.valid || k >= depth()) return -1;
+        int ci = k % s.c, t = k / s.c;
+        int ih = r.ih0 + t / s.kw_n, iw = r.iw0 + t % s.kw_n;
+        if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) return -1;
+        return r.image + ((long long)ih * s.w + iw) * s.c + ci;
+    }
+    __device__ long long b_at(int k, int n) const {
+        if (k >= depth() || n >= cols()) return -1;
+        return (long long)k * s.cout + n;
+    }
+};
+
+// Data gradient: rows are input pixels, depth is (kh, kw, co) over the output pixels that
+// read the row's pixel (none where the stride skips it), columns input channels; B is the
+// HWIO filter read transposed.
+struct IgBackwardData {
+    IgShape s;
+    struct Row {
+        long long image;
+        int ih, iw;
+        bool valid;
+    };
+    __device__ int rows() const { return s.batch * s.h * s.w; }
+    __device__ int cols() const { return s.c; }
+    __device__ int depth() const { return s.kh_n * s.kw_n * s.cout; }
+    __device__ Row row(int m) const {
+        Row r;
+        r.valid = m < rows();
+        int iw = m % s.w, t = m / s.w;
+        r.iw = iw + s.pad;
+        r.ih = t % s.h + s.pad;
+        r.image = (long long)(t / s.h) * s.oh_n * s.ow_n * s.cout;
+        return r;
+    }
+    __device__ long long a_at(const Row& r, int k) const {
+        if (!r.valid || k >= depth()) return -1;
+        int co = k % s.cout, t = k / s.cout;
+        int oh_s = r.ih - t / s.kw_n, ow_s = r.iw - t % s.kw_n;
+        if (oh_s < 0 || ow_s < 0 || oh_s % s.stride != 0 || ow_s % s.stride != 0) return -1;
+        int oh = oh_s / s.stride, ow = ow_s / s.stride;
+        if (oh >= s.oh_n || ow >= s.ow_n) return -1;
+        return r.image + ((long long)oh * s.ow_n + ow) * s.cout + co;
+    }
+    __device__ long long b_at(int k, int n) const {
+        if (k >= depth() || n >= cols()) return -1;
+        int co = k % s.cout, spatial = k / s.cout;
+        return ((long long)spatial * s.c + n) * s.cout + co;
+    }
+};
+
+// Filter gradient: rows are filter taps (kh, kw, ci), depth is the output pixels, columns
+// output channels; A is the im2col matrix read transposed.
+struct IgBackwardFilter {
+    IgShape s;
+    struct Row {
+        int dh, dw, ci;
+        bool valid;
+    };
+    __device__ int rows() const { return s.kh_n * s.kw_n * s.c; }
+    __device__ int cols() const { return s.cout; }
+    __device__ int depth() const { return s.batch * s.oh_n * s.ow_n; }
+    __device__ Row row(int m) const {
+        Row r;
+        r.valid = m < rows();
+        r.ci = m % s.c;
+        int t = m / s.c;
+        r.dw = t % s.kw_n - s.pad;
+        r.dh = t / s.kw_n - s.pad;
+        return r;
+    }
+    __device__ long long a_at(const Row& r, int k) const {
+        if (!r.valid || k >= depth()) return -1;
+        int ow = k % s.ow_n, t = k / s.ow_n;
+        int oh = t % s.oh_n, n = t / s.oh_n;
+        int ih = oh * s.stride + r.dh, iw = ow * s.stride + r.dw;
+        if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) return -1;
+        return (((long long)n * s.h + ih) * s.w + iw) * s.c + r.ci;
+    }
+    __device__ long long b_at(int k, int n) const {
+        if (k >= depth() || n >= cols()) return -1;
+        return (long long)k * s.cout + n;
+    }
+};
+
+// The portable math: slices staged as f32, K-major so that a thread's eight rows and
+// four columns are contiguous; each thread sums an 8×4 patch of the tile in f32.
+template <class S>
+struct IgPortable {
+    struct Tiles {
+        float a[IG_BK][IG_BM + 4];
+        float b[IG_BK][IG_BN + 4];
+    };
+    struct Acc {
+        float v[8][4];
+    };
+    static __device__ void put_a(Tiles& t, int m, int k, const typename S::T* src, long long at) {
+        t.a[k][m] = at < 0 ? 0.0f : S::load(src, at);
+    }
+    static __device__ void put_b(Tiles& t, int k, int n, const typename S::T* src, long long at) {
+        t.b[k][n] = at < 0 ? 0.0f : S::load(src, at);
+    }
+    static __device__ void clear(Acc& acc) {
+        for (int i = 0; i < 8; ++i)
+            for (int j = 0; j < 4; ++j) acc.v[i][j] = 0.0f;
+    }
+    static __device__ void multiply(const Tiles& t, Acc& acc) {
+        int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+        for (int k = 0; k < IG_BK; ++k) {
+            float a[8], b[4];
+            for (int i = 0; i < 8; ++i) a[i] = t.a[k][ty * 8 + i];
+            for (int j = 0; j < 4; ++j) b[j] = t.b[k][tx * 4 + j];
+            for (int i = 0; i < 8; ++i)
+                for (int j = 0; j < 4; ++j) acc.v[i][j] += a[i] * b[j];
+        }
+    }
+    // Calls put(row, column, value) for each element of the tile this thread summed.
+    template <class Put>
+    static __device__ void each(const Acc& acc, Put put) {
+        int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+        for (int i = 0; i < 8; ++i)
+            for (int j = 0; j < 4; ++j) put(ty * 8 + i, tx * 4 + j, acc.v[i][j]);
+    }
+};
+
+template <class S>
+struct IgMath : IgPortable<S> {};
+
+// NVIDIA from Ampere on: 16-bit slices stay in their bits, row-major (K contiguous) for
+// A and column-major for B, as mma.sync's fragments read them; four warps of 32×32 each
+// issue two by four m16n8k16 products per slice, accumulating in f32. An emulated device
+// built with EMULATED_MMA_SYNC runs this path with the warp's product done on the host
+// (emulated_mma_m16n8k16, from the fragment layouts of the PTX ISA).
+#if defined(EMULATED_MMA_SYNC)
+struct MmaF16 {
+    static __device__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
+        emulated_mma_m16n8k16(d, a, b, 0);
+    }
+};
+struct MmaBf16 {
+    static __device__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
+        emulated_mma_m16n8k16(d, a, b, 1);
+    }
+};
+#define IG_MMA_SYNC 1
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+struct MmaF16 {
+    static __device__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+struct MmaBf16 {
+    static __device__ void mma(float* d, const unsigned int* a, const unsigned int* b) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+#define IG_MMA_SYNC 1
+#endif
+
+#if defined(IG_MMA_SYNC)
+template <class Op>
+struct IgMmaSync {
+    // Rows of 24 halves: 48 bytes keep each 32-bit fragment read aligned and spread the
+    // eight rows a fragment reads over the banks.
+    struct alignas(16) Tiles {
+        unsigned short a[IG_BM][IG_BK + 8];
+        unsigned short b[IG_BN][IG_BK + 8];
+    };
+    struct Acc {
+        float v[2][4][4];
+    };
+    static __device__ void put_a(Tiles& t, int m, int k, const unsigned short* src, long long at) {
+        t.a[m][k] = at < 0 ? (unsigned short)0 : src[at];
+    }
+    static __device__ void put_b(Tiles& t, int k, int n, const unsigned short* src, long long at) {
+        t.b[n][k] = at < 0 ? (unsigned short)0 : src[at];
+    }
+    static __device__ void clear(Acc& acc) {
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 4; ++j)
+                for (int r = 0; r < 4; ++r) acc.v[i][j][r] = 0.0f;
+    }
+    static __device__ unsigned int pair(const unsigned short* p) {
+        return *(const unsigned int*)p;
+    }
+    static __device__ void multiply(const Tiles& t, Acc& acc) {
+        int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        int wm = (warp % 2) * 32, wn = (warp / 2) * 32;
+        int g = lane / 4, q = (lane % 4) * 2;
+        unsigned int a[2][4], b[4][2];
+        for (int i = 0; i < 2; ++i) {
+            int r = wm + i * 16 + g;
+            a[i][0] = pair(&t.a[r][q]);
+            a[i][1] = pair(&t.a[r + 8][q]);
+            a[i][2] = pair(&t.a[r][q + 8]);
+            a[i][3] = pair(&t.a[r + 8][q + 8]);
+        }
+        for (int j = 0; j < 4; ++j) {
+            int n = wn + j * 8 + g;
+            b[j][0] = pair(&t.b[n][q]);
+            b[j][1] = pair(&t.b[n][q + 8]);
+        }
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 4; ++j) Op::mma(acc.v[i][j], a[i], b[j]);
+    }
+    template <class Put>
+    static __device__ void each(const Acc& acc, Put put) {
+        int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        int wm = (warp % 2) * 32, wn = (warp / 2) * 32;
+        int g = lane / 4, q = (lane % 4) * 2;
+        for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 4; ++j)
+                for (int r = 0; r < 4; ++r)
+                    put(wm + i * 16 + g + (r / 2) * 8, wn + j * 8 + q + r % 2, acc.v[i][j][r]);
+    }
+};
+template <>
+struct IgMath<F16> : IgMmaSync<MmaF16> {};
+template <>
+struct IgMath<BF16> : IgMmaSync<MmaBf16> {};
+#endif
+
+// Stores one f32 sum into C in Out's format.
+template <class Out>
+struct IgStore {
+    typename Out::T* c;
+    int rows, cols;
+    int m0, n0;
+    __device__ void operator()(int m, int n, float v) const {
+        if (m0 + m < rows && n0 + n < cols) Out::store(c, (long long)(m0 + m) * cols + n0 + n, v);
+    }
+};
+
+// A block's tile: blockIdx.x walks the tiles (columns fastest), blockIdx.y the slices of
+// K the filter gradient splits its long depth into (`split_depth` deep, a multiple of
+// IG_BK; each split writes its own [M, N] of c). Each thread stages one row of A and one
+// column of B, eight deep, per slice, so it decodes its row once.
+template <class S, class Out, class P>
+__device__ void implicit_gemm_body(const typename S::T* a, const typename S::T* b,
+                                   typename Out::T* c, P p, int split_depth) {
+    typedef IgMath<S> Math;
+    __shared__ typename Math::Tiles tiles;
+    int rows = p.rows(), cols = p.cols();
+    int n_tiles = (cols + IG_BN - 1) / IG_BN;
+    int m0 = (int)(blockIdx.x / n_tiles) * IG_BM, n0 = (int)(blockIdx.x % n_tiles) * IG_BN;
+    int k_first = (int)blockIdx.y * split_depth;
+    int k_last = k_first + split_depth < p.depth() ? k_first + split_depth : p.depth();
+    int lane = threadIdx.x % IG_BM, half = (threadIdx.x / IG_BM) * (IG_BK / 2);
+    typename P::Row row = p.row(m0 + lane);
+    typename Math::Acc acc;
+    Math::clear(acc);
+    for (int k0 = k_first; k0 < k_last; k0 += IG_BK) {
+        for (int j = 0; j < IG_BK / 2; ++j) {
+            int k = k0 + half + j;
+            bool inside = k < k_last;
+            Math::put_a(tiles, lane, half + j, a, inside ? p.a_at(row, k) : -1);
+            Math::put_b(tiles, half + j, lane, b, inside ? p.b_at(k, n0 + lane) : -1);
+        }
+        __syncthreads();
+        Math::multiply(tiles, acc);
+        __syncthreads();
+    }
+    IgStore<Out> store = {c + (long long)blockIdx.y * rows * cols, rows, cols, m0, n0};
+    Math::each(acc, store);
+}
+
+#define IMPLICIT_GEMM(NAME, S, Out, P)                                                     \
+    KERNEL void NAME(const S::T* a, const S::T* b, Out::T* c, int batch, int h, int w,     \
+                     int ch, int cout, int kh_n, int kw_n, int stride, int pad, int oh_n,  \
+                     int ow_n, int split_depth) {                                          \
+        P p = {{batch, h, w, ch, cout, kh_n, kw_n, stride, pad, oh_n, ow_n}};              \
+        implicit_gemm_body<S, Out, P>(a, b, c, p, split_depth);                            \
+    }
+IMPLICIT_GEMM(conv_implicit_forward, F32, F32, IgForward)
+IMPLICIT_GEMM(conv_implicit_forward_f16, F16, F16, IgForward)
+IMPLICIT_GEMM(conv_implicit_forward_bf16, BF16, BF16, IgForward)
+IMPLICIT_GEMM(conv_implicit_backward_data, F32, F32, IgBackwardData)
+IMPLICIT_GEMM(conv_implicit_backward_data_f16, F16, F16, IgBackwardData)
+IMPLICIT_GEMM(conv_implicit_backward_data_bf16, BF16, BF16, IgBackwardData)
+IMPLICIT_GEMM(conv_implicit_backward_filter, F32, F32, IgBackwardFilter)
+IMPLICIT_GEMM(conv_implicit_backward_filter_f16, F16, F32, IgBackwardFilter)
+IMPLICIT_GEMM(conv_implicit_backward_filter_bf16, BF16, F32, IgBackwardFilter)
+
+// dW := the sum of the filter gradient's splits, in split order (deterministic).
+KERNEL void conv_split_sum(const float* partial, float* out, int splits, long long n) {
+    FOR_EACH_INDEX(n) {
+        float s = 0.0f;
+        for (int j = 0; j < splits; ++j) s += partial[(long long)j * n + i];
+        out[i] = s;
+    }
+}
+
 // ---------------------------------------------------------------- batch norm over [rows, C]
 
 // Per-channel partial sums over a slab of rows: block (32, 8) covers 32 channels; blockIdx.y
@@ -669,6 +1070,39 @@ CHANNEL_AFFINE(channel_affine_f16, F16, false)
 CHANNEL_AFFINE(channel_affine_relu_bf16, BF16, true)
 CHANNEL_AFFINE(channel_affine_bf16, BF16, false)
 
+// The end of a residual block in one pass: y = ReLU(x·scale + shift + residual), summed
+// in f32 and stored once (the unfused ops write and reread y twice more).
+template <class S>
+__device__ void channel_affine_add_relu_body(const typename S::T* x, const float* scale,
+                                             const float* shift, const typename S::T* residual,
+                                             typename S::T* y, int total, int channels) {
+    FOR_EACH_QUAD(total) {
+        int first = quad * 4;
+        if (channels % 4 == 0) {
+            int c = first % channels;
+            float4 v = S::load4(x, first), r = S::load4(residual, first);
+            float4 a = *(const float4*)(scale + c), b = *(const float4*)(shift + c);
+            S::store4(y, first,
+                      make_float4(relu(v.x * a.x + b.x + r.x), relu(v.y * a.y + b.y + r.y),
+                                  relu(v.z * a.z + b.z + r.z), relu(v.w * a.w + b.w + r.w)));
+            continue;
+        }
+        for (int lane = 0; lane < 4 && first + lane < total; ++lane) {
+            int i = first + lane;
+            int c = i % channels;
+            S::store(y, i, relu(S::load(x, i) * scale[c] + shift[c] + S::load(residual, i)));
+        }
+    }
+}
+#define CHANNEL_AFFINE_ADD_RELU(NAME, S)                                                   \
+    KERNEL void NAME(const S::T* x, const float* scale, const float* shift,                \
+                     const S::T* residual, S::T* y, int total, int channels) {             \
+        channel_affine_add_relu_body<S>(x, scale, shift, residual, y, total, channels);    \
+    }
+CHANNEL_AFFINE_ADD_RELU(channel_affine_add_relu, F32)
+CHANNEL_AFFINE_ADD_RELU(channel_affine_add_relu_f16, F16)
+CHANNEL_AFFINE_ADD_RELU(channel_affine_add_relu_bf16, BF16)
+
 // dγ, dβ and the coefficients of dx = x·a + dy·g + b.
 KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, int slabs,
                                  long long rows, int channels, const float* gamma,
@@ -695,12 +1129,16 @@ KERNEL void bn_backward_finalize(const float* partial1, const float* partial2, i
     coef_b[c] = (float)(-k * db / n - xa * (double)saved_mean[c]);
 }
 
-// dx = x·a + dy·g + b, with dy masked by relu_out > 0 for the form through a ReLU.
+// dx = x·a + dy·g + b, with dy masked by relu_out > 0 for the form through a ReLU. The
+// form at the end of a residual block also stores the masked dy (the residual's
+// gradient) into `masked`, which may be dy itself: each thread reads its elements before
+// it writes them.
 template <class S>
 __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T* dy,
                                     const typename S::T* relu_out, const float* coef_a,
                                     const float* coef_g, const float* coef_b,
-                                    typename S::T* dx, int total, int channels) {
+                                    typename S::T* dx, typename S::T* masked, int total,
+                                    int channels) {
     FOR_EACH_QUAD(total) {
         int first = quad * 4;
         if (channels % 4 == 0) {
@@ -711,6 +1149,7 @@ __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T*
                 g = make_float4(relu_grad(r.x, g.x), relu_grad(r.y, g.y), relu_grad(r.z, g.z),
                                 relu_grad(r.w, g.w));
             }
+            if (masked) S::store4(masked, first, g);
             float4 a = *(const float4*)(coef_a + c), k = *(const float4*)(coef_g + c),
                    b = *(const float4*)(coef_b + c);
             S::store4(dx, first,
@@ -723,6 +1162,7 @@ __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T*
             int c = i % channels;
             float g = S::load(dy, i);
             if (relu_out) g = relu_grad(S::load(relu_out, i), g);
+            if (masked) S::store(masked, i, g);
             S::store(dx, i, S::load(x, i) * coef_a[c] + g * coef_g[c] + coef_b[c]);
         }
     }
@@ -731,12 +1171,20 @@ __device__ void bn_backward_dx_body(const typename S::T* x, const typename S::T*
     KERNEL void NAME(const S::T* x, const S::T* dy, const S::T* relu_out, const float* coef_a, \
                      const float* coef_g, const float* coef_b, S::T* dx, int total,        \
                      int channels) {                                                       \
-        bn_backward_dx_body<S>(x, dy, relu_out, coef_a, coef_g, coef_b, dx, total, channels); \
+        bn_backward_dx_body<S>(x, dy, relu_out, coef_a, coef_g, coef_b, dx, 0, total,      \
+                               channels);                                                  \
     }
 #define BN_BACKWARD_DX(NAME, S)                                                            \
     KERNEL void NAME(const S::T* x, const S::T* dy, const float* coef_a, const float* coef_g, \
                      const float* coef_b, S::T* dx, int total, int channels) {             \
-        bn_backward_dx_body<S>(x, dy, 0, coef_a, coef_g, coef_b, dx, total, channels);     \
+        bn_backward_dx_body<S>(x, dy, 0, coef_a, coef_g, coef_b, dx, 0, total, channels);  \
+    }
+#define BN_BACKWARD_DX_RELU_RESIDUAL(NAME, S)                                              \
+    KERNEL void NAME(const S::T* x, S::T* dy, const S::T* relu_out, const float* coef_a,   \
+                     const float* coef_g, const float* coef_b, S::T* dx, int total,        \
+                     int channels) {                                                       \
+        bn_backward_dx_body<S>(x, dy, relu_out, coef_a, coef_g, coef_b, dx, dy, total,     \
+                               channels);                                                  \
     }
 BN_BACKWARD_DX_RELU(bn_backward_dx_relu, F32)
 BN_BACKWARD_DX(bn_backward_dx, F32)
@@ -744,6 +1192,9 @@ BN_BACKWARD_DX_RELU(bn_backward_dx_relu_f16, F16)
 BN_BACKWARD_DX(bn_backward_dx_f16, F16)
 BN_BACKWARD_DX_RELU(bn_backward_dx_relu_bf16, BF16)
 BN_BACKWARD_DX(bn_backward_dx_bf16, BF16)
+BN_BACKWARD_DX_RELU_RESIDUAL(bn_backward_dx_relu_residual, F32)
+BN_BACKWARD_DX_RELU_RESIDUAL(bn_backward_dx_relu_residual_f16, F16)
+BN_BACKWARD_DX_RELU_RESIDUAL(bn_backward_dx_relu_residual_bf16, BF16)
 
 // ---------------------------------------------------------------- pooling
 

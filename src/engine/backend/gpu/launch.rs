@@ -95,6 +95,62 @@ pub fn im2col_images(batch: usize, rows_per_image: usize, k: usize, budget_elems
     (budget_elems / per_image).clamp(1, batch.max(1))
 }
 
+/// The implicit-GEMM convolution kernels' tile of the output (rows × columns), the depth
+/// of one staged slice and the threads of a block: the kernel source's `IG_BM`, `IG_BN`,
+/// `IG_BK` and `IG_THREADS`.
+pub const IMPLICIT_TILE: usize = 64;
+pub const IMPLICIT_SLICE: usize = 16;
+pub const IMPLICIT_THREADS: u32 = 128;
+
+/// Blocks per multiprocessor the filter gradient's split aims for.
+const IMPLICIT_BLOCKS_PER_MULTIPROCESSOR: usize = 4;
+
+/// A split is at least this deep, so that each block's partial is worth its store.
+const IMPLICIT_MIN_SPLIT_DEPTH: usize = 8 * IMPLICIT_SLICE;
+
+/// Splits at most, and at most this many f32 partials in all.
+const IMPLICIT_MAX_SPLITS: usize = 64;
+const IMPLICIT_SPLIT_BUDGET_ELEMS: usize = 1 << 26;
+
+/// Output tiles of an implicit-GEMM convolution pass writing `rows × cols`.
+pub fn implicit_tiles(rows: usize, cols: usize) -> usize {
+    rows.div_ceil(IMPLICIT_TILE) * cols.div_ceil(IMPLICIT_TILE)
+}
+
+/// How the filter gradient's depth (every output pixel of the batch) is cut: `(splits,
+/// split_depth)`, each split a multiple of the slice deep, so that a `rows × cols`
+/// gradient with few tiles still fills `multiprocessors`. Each split sums into a partial
+/// of its own, which one more kernel adds in a fixed order.
+pub fn implicit_splits(
+    rows: usize,
+    cols: usize,
+    depth: usize,
+    multiprocessors: u32,
+) -> (usize, usize) {
+    let tiles = implicit_tiles(rows, cols).max(1);
+    let wanted = (multiprocessors as usize * IMPLICIT_BLOCKS_PER_MULTIPROCESSOR).div_ceil(tiles);
+    let by_depth = depth / IMPLICIT_MIN_SPLIT_DEPTH;
+    let by_memory = IMPLICIT_SPLIT_BUDGET_ELEMS / (rows * cols).max(1);
+    let splits = wanted
+        .min(by_depth)
+        .min(by_memory)
+        .clamp(1, IMPLICIT_MAX_SPLITS);
+    let split_depth = depth.div_ceil(splits).div_ceil(IMPLICIT_SLICE).max(1) * IMPLICIT_SLICE;
+    (depth.div_ceil(split_depth).max(1), split_depth)
+}
+
+/// A block per output tile (grid x) and per split of the depth (grid y).
+pub fn implicit_gemm(rows: usize, cols: usize, splits: usize) -> LaunchShape {
+    LaunchShape {
+        grid: (
+            implicit_tiles(rows, cols).clamp(1, u32::MAX as usize) as u32,
+            splits.max(1) as u32,
+            1,
+        ),
+        block: (IMPLICIT_THREADS, 1, 1),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,5 +217,38 @@ mod tests {
         assert!(images * 56 * 56 * 576 <= 1 << 26);
         assert_eq!(im2col_images(4, 10, 10, 1 << 26), 4);
         assert_eq!(im2col_images(4, 1 << 20, 1 << 20, 16), 1);
+    }
+
+    #[test]
+    fn implicit_splits_cover_the_depth_in_whole_slices_and_stay_bounded() {
+        // ResNet-50's first 3×3 filter gradient at batch 256: 576 × 64 in 9 tiles over
+        // 802,816 pixels, on a 132-multiprocessor H100.
+        let pixels = 256 * 56 * 56;
+        let (splits, depth) = implicit_splits(576, 64, pixels, 132);
+        assert!(splits > 1 && splits <= IMPLICIT_MAX_SPLITS, "{splits}");
+        assert!(9 * splits >= 4 * 132, "{splits}");
+        assert_eq!(depth % IMPLICIT_SLICE, 0);
+        assert!(splits * depth >= pixels);
+        assert!((splits - 1) * depth < pixels, "an empty split");
+        assert!(splits * 576 * 64 <= IMPLICIT_SPLIT_BUDGET_ELEMS);
+        // Its last 3×3: 4608 × 512 in 576 tiles, enough without a split.
+        assert_eq!(implicit_splits(4608, 512, 256 * 7 * 7, 132).0, 1);
+        // The stem's: 147 × 64 in 3 tiles over 802,816 pixels.
+        let (splits, depth) = implicit_splits(147, 64, 256 * 112 * 112, 132);
+        assert!(splits >= 32, "{splits}");
+        assert!(splits * depth >= 256 * 112 * 112 && (splits - 1) * depth < 256 * 112 * 112);
+        // Enough tiles already, or too shallow to split: one split over the whole depth.
+        assert_eq!(implicit_splits(4096, 4096, 10_000, 132), (1, 10_000));
+        assert_eq!(implicit_splits(64, 64, 100, 132), (1, 112));
+        assert_eq!(implicit_splits(64, 64, 0, 1), (1, IMPLICIT_SLICE));
+    }
+
+    #[test]
+    fn implicit_launches_have_a_block_per_tile_and_split() {
+        let s = implicit_gemm(65, 64, 3);
+        assert_eq!(s.grid, (2, 3, 1));
+        assert_eq!(s.block, (IMPLICIT_THREADS, 1, 1));
+        assert_eq!(implicit_gemm(0, 0, 0).grid, (1, 1, 1));
+        assert_eq!(implicit_tiles(256 * 56 * 56, 64), 12_544);
     }
 }

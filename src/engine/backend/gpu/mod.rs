@@ -36,6 +36,8 @@ pub mod driver;
 mod footprint_tests;
 pub mod hip;
 pub mod launch;
+mod multi_tensor;
+pub mod options;
 pub mod pool;
 pub mod source;
 #[cfg(test)]
@@ -44,14 +46,15 @@ mod stand_in;
 use std::sync::Arc;
 
 use super::{
-    Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved, Conv2dParams,
-    CrossEntropyParams, GlobalPoolParams, LinearParams, PoolParams,
+    unfused, Backend, BatchNormBuffers, BatchNormGrads, BatchNormParams, BatchNormSaved,
+    Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, MomentumStep, PoolParams,
 };
 use crate::engine::{EngineError, Precision, Result};
 use driver::{
     DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, GemmTypes, GpuDriver, KernelArg, LaunchShape,
     Transpose,
 };
+use options::{ConvPath, GpuOptions};
 use pool::{DevicePool, PoolMemory};
 use source::{format_suffix, storage_kernel};
 
@@ -144,8 +147,12 @@ pub struct GpuBackend {
     pool: Arc<DevicePool>,
     name: String,
     profile: Option<Arc<Profile>>,
-    /// Whether non-pointwise convolutions go through the driver's DNN library.
-    dnn: bool,
+    /// How non-pointwise convolutions run.
+    conv: ConvPath,
+    /// Whether the end of a residual block runs as fused batch-norm kernels.
+    fused_bn: bool,
+    /// Whether the optimizer's norms and updates take one launch for all parameters.
+    multi_tensor_optimizer: bool,
     /// The format activations are stored in.
     precision: Precision,
 }
@@ -191,16 +198,32 @@ impl Profile {
 }
 
 impl GpuBackend {
+    /// A backend on `driver` with the speed switches the environment sets (see
+    /// [`options`]).
     pub fn new(driver: Arc<dyn GpuDriver>) -> Self {
+        Self::with_options(driver, GpuOptions::from_env())
+    }
+
+    pub fn with_options(driver: Arc<dyn GpuDriver>, options: GpuOptions) -> Self {
         let name = format!("{}:{}", driver.runtime(), driver.info().ordinal);
-        let dnn = driver.dnn_library().is_some();
+        let conv = options.conv.resolve(driver.dnn_library().is_some());
+        if options != GpuOptions::default() {
+            tracing::info!(?options, ?conv, "GPU backend speed switches");
+        }
         GpuBackend {
             pool: DevicePool::new(driver, DEFAULT_CACHE_LIMIT_BYTES),
             name,
             profile: None,
-            dnn,
+            conv,
+            fused_bn: options.fused_bn,
+            multi_tensor_optimizer: options.multi_tensor_optimizer,
             precision: Precision::Fp32,
         }
+    }
+
+    /// How this backend runs convolutions that are not a plain GEMM.
+    pub fn conv_path(&self) -> ConvPath {
+        self.conv
     }
 
     /// The same device storing activations and activation gradients in `precision`.
@@ -569,6 +592,87 @@ impl GpuBackend {
         Ok((images, col))
     }
 
+    /// One pass of a convolution by its implicit-GEMM kernel (the form for this
+    /// backend's storage), its operands `a` and `b` in that storage: `c` is y or dx in
+    /// the storage format, or the f32 dW. The filter gradient's long depth is split over
+    /// more blocks when its output alone has too few tiles to fill the device, the splits
+    /// then summed in order.
+    fn implicit_conv(
+        &self,
+        op: &'static str,
+        pass: conv_gemm::Pass,
+        p: &Conv2dParams,
+        a: DevicePtr,
+        b: DevicePtr,
+        c: DevicePtr,
+    ) -> Result<()> {
+        dims_fit_i32(op, &[p.input_len(), p.output_len(), p.weight_len()])?;
+        let (rows, cols, depth) = pass.dims(p);
+        let (splits, split_depth) = if pass == conv_gemm::Pass::BackwardFilter {
+            launch::implicit_splits(rows, cols, depth, self.driver().info().multiprocessors)
+        } else {
+            (
+                1,
+                depth.div_ceil(launch::IMPLICIT_SLICE).max(1) * launch::IMPLICIT_SLICE,
+            )
+        };
+        dims_fit_i32(op, &[split_depth])?;
+        let partial = match splits {
+            1 => None,
+            _ => Some(self.scratch(splits * rows * cols, Precision::Fp32)?),
+        };
+        let mut args = vec![
+            KernelArg::Ptr(a),
+            KernelArg::Ptr(b),
+            KernelArg::Ptr(partial.as_ref().map_or(c, |buf| buf.ptr)),
+        ];
+        args.extend(
+            [
+                p.batch,
+                p.in_h,
+                p.in_w,
+                p.in_c,
+                p.out_c,
+                p.kernel_h,
+                p.kernel_w,
+                p.stride,
+                p.padding,
+                p.out_h(),
+                p.out_w(),
+                split_depth,
+            ]
+            .map(i32_arg),
+        );
+        self.launch(
+            &storage_kernel(pass.implicit_kernel(), self.precision),
+            launch::implicit_gemm(rows, cols, splits),
+            &args,
+        )?;
+        let Some(partial) = partial else {
+            return Ok(());
+        };
+        self.elementwise(
+            "conv_split_sum",
+            rows * cols,
+            &[
+                KernelArg::Ptr(partial.ptr),
+                KernelArg::Ptr(c),
+                i32_arg(splits),
+                i64_arg(rows * cols),
+            ],
+        )
+    }
+
+    /// `entries` copied to the device, for a kernel that reads them as a table.
+    fn device_table<T: Copy>(&self, entries: &[T]) -> Result<GpuBuffer> {
+        let bytes = multi_tensor::table_bytes(entries);
+        let table = self.scratch(bytes.len().div_ceil(4), Precision::Fp32)?;
+        self.driver()
+            .copy_to_device(table.ptr, bytes)
+            .map_err(|e| self.device(e))?;
+        Ok(table)
+    }
+
     /// The column matrix of `images` images from `first`, in x's format.
     fn im2col(
         &self,
@@ -589,6 +693,15 @@ impl GpuBackend {
         args.extend(Self::conv_args(p, first, images));
         self.elementwise(&storage_kernel("im2col", x.storage), rows * k, &args)
     }
+}
+
+/// What batch norm's element-wise pass applies after the affine map.
+#[derive(Clone, Copy)]
+enum BnEpilogue<'a> {
+    None,
+    Relu,
+    /// ReLU of the sum with this residual (in the storage format).
+    AddRelu(&'a GpuBuffer),
 }
 
 fn i32_arg(v: usize) -> KernelArg {
@@ -740,7 +853,7 @@ impl Backend for GpuBackend {
                     .with_types(s, s),
             );
         }
-        if self.dnn {
+        if self.conv == ConvPath::Dnn {
             let w_dnn = self.weights_for_dnn(p, w, s)?;
             return self.dnn_conv(
                 "cudnn forward",
@@ -755,6 +868,9 @@ impl Backend for GpuBackend {
             );
         }
         let w = self.in_format(w, s)?;
+        if self.conv == ConvPath::ImplicitGemm {
+            return self.implicit_conv(OP, conv_gemm::Pass::Forward, p, x.ptr, w.ptr, y.ptr);
+        }
         let (chunk, col) = self.conv_chunks(p, s)?;
         for first in (0..p.batch).step_by(chunk) {
             let images = chunk.min(p.batch - first);
@@ -798,7 +914,7 @@ impl Backend for GpuBackend {
                     .with_types(s, s),
             );
         }
-        if self.dnn {
+        if self.conv == ConvPath::Dnn {
             let w_dnn = self.weights_for_dnn(p, w, s)?;
             return self.dnn_conv(
                 "cudnn backward data",
@@ -813,6 +929,10 @@ impl Backend for GpuBackend {
             );
         }
         let w = self.in_format(w, s)?;
+        if self.conv == ConvPath::ImplicitGemm {
+            // Summed in f32 and rounded once, as col2im does.
+            return self.implicit_conv(OP, conv_gemm::Pass::BackwardData, p, dy.ptr, w.ptr, dx.ptr);
+        }
         // The column gradient stays f32 so that col2im sums before the one rounding.
         let (chunk, dcol) = self.conv_chunks(p, Precision::Fp32)?;
         for first in (0..p.batch).step_by(chunk) {
@@ -870,7 +990,7 @@ impl Backend for GpuBackend {
             )?;
             return self.round_to_storage(dw);
         }
-        if self.dnn {
+        if self.conv == ConvPath::Dnn {
             let dw_dnn = self.scratch(p.weight_len(), s)?;
             self.dnn_conv(
                 "cudnn backward filter",
@@ -895,6 +1015,17 @@ impl Backend for GpuBackend {
                     i32_arg(p.out_c),
                 ],
             );
+        }
+        if self.conv == ConvPath::ImplicitGemm {
+            self.implicit_conv(
+                OP,
+                conv_gemm::Pass::BackwardFilter,
+                p,
+                x.ptr,
+                dy.ptr,
+                dw.ptr,
+            )?;
+            return self.round_to_storage(dw);
         }
         let (chunk, col) = self.conv_chunks(p, s)?;
         for first in (0..p.batch).step_by(chunk) {
@@ -923,7 +1054,7 @@ impl Backend for GpuBackend {
         saved: &mut BatchNormSaved<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        self.bn_forward_train(p, x, bn, saved, y, false)
+        self.bn_forward_train(p, x, bn, saved, y, BnEpilogue::None)
     }
 
     fn batch_norm_relu_forward_train(
@@ -934,7 +1065,7 @@ impl Backend for GpuBackend {
         saved: &mut BatchNormSaved<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        self.bn_forward_train(p, x, bn, saved, y, true)
+        self.bn_forward_train(p, x, bn, saved, y, BnEpilogue::Relu)
     }
 
     fn batch_norm_forward_eval(
@@ -944,7 +1075,7 @@ impl Backend for GpuBackend {
         bn: &BatchNormBuffers<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        self.bn_forward_eval(p, x, bn, y, false)
+        self.bn_forward_eval(p, x, bn, y, BnEpilogue::None)
     }
 
     fn batch_norm_relu_forward_eval(
@@ -954,7 +1085,7 @@ impl Backend for GpuBackend {
         bn: &BatchNormBuffers<GpuBuffer>,
         y: &mut GpuBuffer,
     ) -> Result<()> {
-        self.bn_forward_eval(p, x, bn, y, true)
+        self.bn_forward_eval(p, x, bn, y, BnEpilogue::Relu)
     }
 
     fn batch_norm_backward(
@@ -967,7 +1098,7 @@ impl Backend for GpuBackend {
         dx: &mut GpuBuffer,
         grads: &mut BatchNormGrads<GpuBuffer>,
     ) -> Result<()> {
-        self.bn_backward(p, x, None, dy, gamma, saved, dx, grads)
+        self.bn_backward(p, x, None, None, dy, gamma, saved, dx, grads)
     }
 
     fn batch_norm_relu_backward(
@@ -981,7 +1112,63 @@ impl Backend for GpuBackend {
         dx: &mut GpuBuffer,
         grads: &mut BatchNormGrads<GpuBuffer>,
     ) -> Result<()> {
-        self.bn_backward(p, x, Some(y), dy, gamma, saved, dx, grads)
+        self.bn_backward(p, x, Some(y), None, dy, gamma, saved, dx, grads)
+    }
+
+    fn batch_norm_add_relu_forward_train(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        residual: &GpuBuffer,
+        bn: &mut BatchNormBuffers<GpuBuffer>,
+        saved: &mut BatchNormSaved<GpuBuffer>,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        if !self.fused_bn {
+            return unfused::batch_norm_add_relu_forward_train(self, p, x, residual, bn, saved, y);
+        }
+        self.bn_forward_train(p, x, bn, saved, y, BnEpilogue::AddRelu(residual))
+    }
+
+    fn batch_norm_add_relu_forward_eval(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        residual: &GpuBuffer,
+        bn: &BatchNormBuffers<GpuBuffer>,
+        y: &mut GpuBuffer,
+    ) -> Result<()> {
+        if !self.fused_bn {
+            return unfused::batch_norm_add_relu_forward_eval(self, p, x, residual, bn, y);
+        }
+        self.bn_forward_eval(p, x, bn, y, BnEpilogue::AddRelu(residual))
+    }
+
+    fn batch_norm_add_relu_backward(
+        &self,
+        p: &BatchNormParams,
+        x: &GpuBuffer,
+        y: &GpuBuffer,
+        dy: &mut GpuBuffer,
+        gamma: &GpuBuffer,
+        saved: &BatchNormSaved<GpuBuffer>,
+        dx: &mut GpuBuffer,
+        grads: &mut BatchNormGrads<GpuBuffer>,
+    ) -> Result<()> {
+        if !self.fused_bn {
+            return unfused::batch_norm_add_relu_backward(
+                self, p, x, y, dy, gamma, saved, dx, grads,
+            );
+        }
+        self.check("batch_norm_add_relu_backward", "dy", dy, dy.len)?;
+        // The masked gradient is written over dy in the storage format.
+        if dy.storage != self.precision {
+            let mut stored = self.alloc(dy.len)?;
+            self.convert_into(dy, &mut stored, self.precision)?;
+            *dy = stored;
+        }
+        let masked = Some(dy.ptr);
+        self.bn_backward(p, x, Some(y), masked, dy, gamma, saved, dx, grads)
     }
 
     /// In place, in whatever format x holds (ReLU selects stored values).
@@ -1515,6 +1702,120 @@ impl Backend for GpuBackend {
         )
     }
 
+    fn momentum_update_many(
+        &self,
+        momentum: f32,
+        updates: &mut [MomentumStep<'_, GpuBuffer>],
+    ) -> Result<()> {
+        const OP: &str = "momentum_update_many";
+        if !self.multi_tensor_optimizer {
+            for u in updates.iter_mut() {
+                self.momentum_update(u.w, u.g, u.b, momentum, u.step, u.decay)?;
+            }
+            return Ok(());
+        }
+        let mut entries = Vec::with_capacity(updates.len());
+        // 16-bit gradients widened for the update live until the launch has read them.
+        let mut widened = Vec::new();
+        for u in updates.iter() {
+            let n = u.w.len;
+            self.check(OP, "w", u.w, n)?;
+            self.check(OP, "g", u.g, n)?;
+            self.check(OP, "b", u.b, n)?;
+            self.require_f32(OP, "w", u.w)?;
+            self.require_f32(OP, "b", u.b)?;
+            let g = match u.g.storage {
+                Precision::Fp32 => u.g.ptr,
+                _ => {
+                    widened.push(self.convert(u.g, Precision::Fp32)?);
+                    widened[widened.len() - 1].ptr
+                }
+            };
+            if n > 0 {
+                entries.push(multi_tensor::MomentumEntry::new(
+                    u.w.ptr, g, u.b.ptr, n, u.step, u.decay,
+                ));
+            }
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let table = self.device_table(&entries)?;
+        let largest = entries.iter().map(|e| e.n as usize).max().unwrap_or(0);
+        self.launch(
+            "momentum_update_multi",
+            multi_tensor::shape(entries.len(), largest),
+            &[KernelArg::Ptr(table.ptr), KernelArg::F32(momentum)],
+        )
+    }
+
+    fn sum_squares_many(&self, xs: &[(&GpuBuffer, usize)], out: &mut GpuBuffer) -> Result<()> {
+        const OP: &str = "sum_squares_many";
+        if !self.multi_tensor_optimizer {
+            for &(x, index) in xs {
+                self.sum_squares(x, out, index)?;
+            }
+            return Ok(());
+        }
+        self.check_output(OP, "out", out, out.len)?;
+        if out.is_backed() {
+            self.require_f32(OP, "out", out)?;
+        } else {
+            self.output(out, Precision::Fp32)?;
+        }
+        let mut entries = Vec::with_capacity(xs.len());
+        let mut indices = Vec::with_capacity(xs.len());
+        let mut widened = Vec::new();
+        for &(x, index) in xs {
+            self.check(OP, "x", x, x.len)?;
+            if index >= out.len {
+                return Err(EngineError::BufferLength {
+                    op: OP,
+                    what: "out (index past its end)",
+                    expected: index + 1,
+                    got: out.len,
+                });
+            }
+            dims_fit_i32(OP, &[index])?;
+            let ptr = match x.storage {
+                Precision::Fp32 => x.ptr,
+                _ => {
+                    widened.push(self.convert(x, Precision::Fp32)?);
+                    widened[widened.len() - 1].ptr
+                }
+            };
+            entries.push(multi_tensor::SquaresEntry {
+                x: ptr.0,
+                n: x.len as i64,
+            });
+            indices.push(index as i32);
+        }
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let table = self.device_table(&entries)?;
+        let index_table = self.device_table(&indices)?;
+        let largest = entries.iter().map(|e| e.n as usize).max().unwrap_or(0);
+        let shape = multi_tensor::shape(entries.len(), largest);
+        let per_tensor = shape.grid.0 as usize;
+        let partials = self.scratch(per_tensor * entries.len(), Precision::Fp32)?;
+        self.launch(
+            "sum_squares_multi_partial",
+            shape,
+            &[KernelArg::Ptr(table.ptr), KernelArg::Ptr(partials.ptr)],
+        )?;
+        self.launch(
+            "sum_partials_multi",
+            launch::block_per_row(entries.len()),
+            &[
+                KernelArg::Ptr(partials.ptr),
+                i32_arg(per_tensor),
+                KernelArg::Ptr(index_table.ptr),
+                KernelArg::Ptr(out.ptr),
+            ],
+        )
+    }
+
     fn has_non_finite(&self, x: &GpuBuffer) -> Result<bool> {
         self.check("has_non_finite", "x", x, x.len)?;
         let x = self.in_format(x, Precision::Fp32)?;
@@ -1542,7 +1843,7 @@ impl GpuBackend {
         bn: &mut BatchNormBuffers<GpuBuffer>,
         saved: &mut BatchNormSaved<GpuBuffer>,
         y: &mut GpuBuffer,
-        relu: bool,
+        epilogue: BnEpilogue,
     ) -> Result<()> {
         const OP: &str = "batch_norm_forward_train";
         p.validate(true)?;
@@ -1600,7 +1901,7 @@ impl GpuBackend {
                 KernelArg::Ptr(shift.ptr),
             ],
         )?;
-        self.channel_affine(&x, &scale, &shift, y, rows, c, relu)
+        self.channel_affine(OP, &x, &scale, &shift, y, rows, c, epilogue)
     }
 
     fn bn_forward_eval(
@@ -1609,7 +1910,7 @@ impl GpuBackend {
         x: &GpuBuffer,
         bn: &BatchNormBuffers<GpuBuffer>,
         y: &mut GpuBuffer,
-        relu: bool,
+        epilogue: BnEpilogue,
     ) -> Result<()> {
         const OP: &str = "batch_norm_forward_eval";
         p.validate(false)?;
@@ -1635,16 +1936,19 @@ impl GpuBackend {
                 KernelArg::Ptr(shift.ptr),
             ],
         )?;
-        self.channel_affine(&x, &scale, &shift, y, rows, c, relu)
+        self.channel_affine(OP, &x, &scale, &shift, y, rows, c, epilogue)
     }
 
-    /// The batch-norm backward, through the ReLU whose output was `relu_out` when given.
+    /// The batch-norm backward, through the ReLU whose output was `relu_out` when given;
+    /// with `masked_dy`, dy masked by that ReLU is also stored there (dy's own buffer, in
+    /// the storage format: the residual's gradient at the end of a block).
     #[allow(clippy::too_many_arguments)]
     fn bn_backward(
         &self,
         p: &BatchNormParams,
         x: &GpuBuffer,
         relu_out: Option<&GpuBuffer>,
+        masked_dy: Option<DevicePtr>,
         dy: &GpuBuffer,
         gamma: &GpuBuffer,
         saved: &BatchNormSaved<GpuBuffer>,
@@ -1729,10 +2033,18 @@ impl GpuBackend {
             i32_arg(rows * c),
             i32_arg(c),
         ]);
-        let kernel = if relu_out.is_some() {
-            "bn_backward_dx_relu"
-        } else {
-            "bn_backward_dx"
+        if let Some(masked) = masked_dy {
+            if masked != dy.ptr {
+                return Err(EngineError::InvalidParameter {
+                    op: OP,
+                    reason: "the masked gradient goes into dy's own buffer".into(),
+                });
+            }
+        }
+        let kernel = match (relu_out.is_some(), masked_dy.is_some()) {
+            (true, true) => "bn_backward_dx_relu_residual",
+            (true, false) => "bn_backward_dx_relu",
+            (false, _) => "bn_backward_dx",
         };
         self.elementwise_vec4(&storage_kernel(kernel, s), rows * c, &args)
     }
@@ -1747,32 +2059,38 @@ impl GpuBackend {
     #[allow(clippy::too_many_arguments)]
     fn channel_affine(
         &self,
+        op: &'static str,
         x: &GpuBuffer,
         scale: &GpuBuffer,
         shift: &GpuBuffer,
         y: &mut GpuBuffer,
         rows: usize,
         c: usize,
-        relu: bool,
+        epilogue: BnEpilogue,
     ) -> Result<()> {
         dims_fit_i32("batch_norm", &[rows * c])?;
-        self.output(y, x.storage)?;
-        let kernel = if relu {
-            "channel_affine_relu"
-        } else {
-            "channel_affine"
+        let residual = match epilogue {
+            BnEpilogue::AddRelu(r) => {
+                self.check(op, "residual", r, rows * c)?;
+                Some(self.in_format(r, x.storage)?)
+            }
+            _ => None,
         };
-        self.elementwise_vec4(
-            &storage_kernel(kernel, x.storage),
-            rows * c,
-            &[
-                KernelArg::Ptr(x.ptr),
-                KernelArg::Ptr(scale.ptr),
-                KernelArg::Ptr(shift.ptr),
-                KernelArg::Ptr(y.ptr),
-                i32_arg(rows * c),
-                i32_arg(c),
-            ],
-        )
+        self.output(y, x.storage)?;
+        let kernel = match epilogue {
+            BnEpilogue::None => "channel_affine",
+            BnEpilogue::Relu => "channel_affine_relu",
+            BnEpilogue::AddRelu(_) => "channel_affine_add_relu",
+        };
+        let mut args = vec![
+            KernelArg::Ptr(x.ptr),
+            KernelArg::Ptr(scale.ptr),
+            KernelArg::Ptr(shift.ptr),
+        ];
+        if let Some(r) = &residual {
+            args.push(KernelArg::Ptr(r.ptr));
+        }
+        args.extend([KernelArg::Ptr(y.ptr), i32_arg(rows * c), i32_arg(c)]);
+        self.elementwise_vec4(&storage_kernel(kernel, x.storage), rows * c, &args)
     }
 }

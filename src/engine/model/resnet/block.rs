@@ -4,7 +4,7 @@
 //! a bottleneck (stride on the 3×3 conv, as ResNet v1.5).
 
 use crate::engine::backend::Backend;
-use crate::engine::layers::{BatchNorm2d, Conv2d, Relu, ResidualAdd};
+use crate::engine::layers::{BatchNorm2d, Conv2d, ResidualAdd};
 use crate::engine::tensor::Tensor;
 use crate::engine::{EngineError, Result};
 
@@ -68,6 +68,23 @@ impl<B: Backend> ConvBn<B> {
         let dc = self.bn.backward_relu(backend, &c, y, dy)?;
         drop(c);
         self.conv.backward(backend, x, &dc)
+    }
+
+    /// The backward of a block's last unit, whose BN output was added to the shortcut
+    /// and put through ReLU ([`BatchNorm2d::forward_add_relu`]): `out` is the block's
+    /// output and `dout` the gradient there. Returns (the gradient at `x` through this
+    /// unit, the gradient at the sum, which is the shortcut's).
+    pub fn backward_add_relu(
+        &mut self,
+        backend: &B,
+        x: &Tensor<B>,
+        c: Tensor<B>,
+        out: &Tensor<B>,
+        dout: Tensor<B>,
+    ) -> Result<(Option<Tensor<B>>, Tensor<B>)> {
+        let (dc, g_sum) = self.bn.backward_add_relu(backend, &c, out, dout)?;
+        drop(c);
+        Ok((self.conv.backward(backend, x, &dc)?, g_sum))
     }
 
     /// Gradient with respect to the conv input `x`, given the conv output `c` the forward
@@ -169,18 +186,15 @@ impl<B: Backend> Block<B> {
     /// backward needs (not `x` or the output: the caller holds those).
     pub fn forward(&mut self, backend: &B, x: &Tensor<B>, training: bool) -> Result<Tensor<B>> {
         self.saved = None;
-        let last = self.units.len().saturating_sub(1);
+        let last = self.last_unit()?;
         let mut conv_out = Vec::with_capacity(self.units.len());
         let mut relu_out = Vec::with_capacity(last);
         let mut current: Option<Tensor<B>> = None;
-        for (i, unit) in self.units.iter_mut().enumerate() {
+        // Every unit but the last ends in a ReLU; the last one's BN output is added to the
+        // shortcut and the sum put through the ReLU, in one op.
+        for unit in &mut self.units[..last] {
             let input = current.as_ref().unwrap_or(x);
-            // Every unit but the last ends in a ReLU; the last one's comes after the sum.
-            let (c, next) = if i == last {
-                unit.forward(backend, input, training)?
-            } else {
-                unit.forward_relu(backend, input, training)?
-            };
+            let (c, next) = unit.forward_relu(backend, input, training)?;
             if training {
                 conv_out.push(c);
             }
@@ -190,19 +204,24 @@ impl<B: Backend> Block<B> {
                 }
             }
         }
-        let main = current.ok_or_else(|| EngineError::InvalidParameter {
-            op: "resnet block forward",
-            reason: "a block needs at least one conv".into(),
-        })?;
-        let (sum, shortcut_conv_out) = match &mut self.downsample {
+        let unit = &mut self.units[last];
+        let c = unit.conv.forward(backend, current.as_ref().unwrap_or(x))?;
+        // The projection runs once the last conv has, so that its output lives no longer
+        // than the sum needs it.
+        let (projected, shortcut_conv_out) = match &mut self.downsample {
             Some(ds) => {
                 let (c, s) = ds.forward(backend, x, training)?;
-                (ResidualAdd::forward(backend, main, &s)?, Some(c))
+                (Some(s), Some(c))
             }
-            None => (ResidualAdd::forward(backend, main, x)?, None),
+            None => (None, None),
         };
-        let out = Relu::forward(backend, sum)?;
+        unit.bn.training = training;
+        let out = unit
+            .bn
+            .forward_add_relu(backend, &c, projected.as_ref().unwrap_or(x))?;
         if training {
+            conv_out.push(c);
+            relu_out.extend(current);
             self.saved = Some(BlockSaved {
                 conv_out,
                 relu_out,
@@ -210,6 +229,16 @@ impl<B: Backend> Block<B> {
             });
         }
         Ok(out)
+    }
+
+    fn last_unit(&self) -> Result<usize> {
+        self.units
+            .len()
+            .checked_sub(1)
+            .ok_or_else(|| EngineError::InvalidParameter {
+                op: "resnet block",
+                reason: "a block needs at least one conv".into(),
+            })
     }
 
     /// The gradient at the block's input `x`, given its output `out` and the gradient
@@ -229,63 +258,44 @@ impl<B: Backend> Block<B> {
             mut relu_out,
             shortcut_conv_out,
         } = saved;
-        let g_sum = Relu::backward(backend, out, dout)?;
-        let shortcut_grad = match (&mut self.downsample, shortcut_conv_out) {
-            (Some(ds), Some(c)) => Some(input_grad(ds.backward(backend, x, c, &g_sum)?)?),
-            (None, None) => None,
-            _ => {
-                return Err(EngineError::MissingForwardState {
-                    op: "resnet block backward (shortcut)",
-                })
-            }
+        let last = self.last_unit()?;
+        let missing = |what: &'static str| EngineError::MissingForwardState { op: what };
+        // The last unit first: its fused backward also gives the gradient at the sum.
+        let c = conv_out
+            .pop()
+            .ok_or(missing("resnet block backward (conv output)"))?;
+        let unit_input = match last {
+            0 => x,
+            _ => relu_out
+                .last()
+                .ok_or(missing("resnet block backward (relu output)"))?,
         };
-        // With a projection the summed gradient is only needed until the last unit's
-        // backward; with an identity shortcut it is the shortcut's gradient.
-        let mut g_sum = Some(g_sum);
-        // The gradient at the ReLU output of the unit below, with that output: the next
-        // unit down takes both, masking and back-propagating in one fused op.
-        let mut pending: Option<(Tensor<B>, Tensor<B>)> = None;
-        let mut grad: Option<Tensor<B>> = None;
-        for i in (0..self.units.len()).rev() {
-            let c = conv_out.pop().ok_or(EngineError::MissingForwardState {
-                op: "resnet block backward (conv output)",
-            })?;
-            let unit_input = if i > 0 {
-                relu_out.last().ok_or(EngineError::MissingForwardState {
-                    op: "resnet block backward (relu output)",
-                })?
-            } else {
-                x
+        let (g_in, g_sum) =
+            self.units[last].backward_add_relu(backend, unit_input, c, out, dout)?;
+        let shortcut_grad = match (&mut self.downsample, shortcut_conv_out) {
+            (Some(ds), Some(c)) => input_grad(ds.backward(backend, x, c, &g_sum)?)?,
+            // With an identity shortcut the gradient at the sum is the shortcut's.
+            (None, None) => g_sum,
+            _ => return Err(missing("resnet block backward (shortcut)")),
+        };
+        let mut grad = input_grad(g_in)?;
+        // Each unit below takes the gradient at its ReLU output with that output, masking
+        // and back-propagating in one fused op.
+        for i in (0..last).rev() {
+            let y = relu_out
+                .pop()
+                .ok_or(missing("resnet block backward (relu output)"))?;
+            let c = conv_out
+                .pop()
+                .ok_or(missing("resnet block backward (conv output)"))?;
+            let unit_input = match i {
+                0 => x,
+                _ => relu_out
+                    .last()
+                    .ok_or(missing("resnet block backward (relu output)"))?,
             };
-            let g_in = match pending.take() {
-                Some((g, y)) => self.units[i].backward_relu(backend, unit_input, c, &y, g)?,
-                None => {
-                    let dy = g_sum.as_ref().ok_or(EngineError::MissingForwardState {
-                        op: "resnet block backward (gradient)",
-                    })?;
-                    self.units[i].backward(backend, unit_input, c, dy)?
-                }
-            };
-            let g_in = input_grad(g_in)?;
-            if shortcut_grad.is_some() {
-                g_sum = None;
-            }
-            if i > 0 {
-                let y = relu_out.pop().ok_or(EngineError::MissingForwardState {
-                    op: "resnet block backward (relu output)",
-                })?;
-                pending = Some((g_in, y));
-            } else {
-                grad = Some(g_in);
-            }
+            grad = input_grad(self.units[i].backward_relu(backend, unit_input, c, &y, grad)?)?;
         }
-        let main_grad = input_grad(grad)?;
-        match (shortcut_grad, g_sum) {
-            (Some(s), _) => ResidualAdd::merge_grads(backend, main_grad, &s),
-            (None, Some(g)) => ResidualAdd::merge_grads(backend, main_grad, &g),
-            (None, None) => Err(EngineError::MissingForwardState {
-                op: "resnet block backward (shortcut gradient)",
-            }),
-        }
+        ResidualAdd::merge_grads(backend, grad, &shortcut_grad)
     }
 }
