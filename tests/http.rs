@@ -943,7 +943,10 @@ async fn metrics_parse_as_prometheus_text() {
         }
     }
     for (name, _, _) in &samples {
-        assert!(name.starts_with("tinyperf_"), "{name}");
+        assert!(
+            name.starts_with("tinyperf_") || name.starts_with("process_"),
+            "{name}"
+        );
         assert!(typed.contains_key(name), "{name} has no TYPE");
         assert!(helped.contains(name), "{name} has no HELP");
         if typed[name] == "counter" {
@@ -965,7 +968,7 @@ async fn metrics_parse_as_prometheus_text() {
     assert_eq!(find("tinyperf_agent_running", &[]), 0.0);
     assert_eq!(
         find(
-            "tinyperf_agent_info",
+            "tinyperf_box_info",
             &[("version", env!("CARGO_PKG_VERSION"))]
         ),
         1.0
@@ -979,27 +982,34 @@ async fn metrics_parse_as_prometheus_text() {
     assert!(find("tinyperf_agent_uptime_seconds", &[]) >= 0.0);
     assert_eq!(
         find(
-            "tinyperf_suite_stage_metric",
-            &[("stage", "gemm"), ("metric", "tflops"), ("unit", "TFLOP/s")]
+            "tinyperf_suite_state",
+            &[("suite", "acceptance"), ("state", "passed")]
         ),
-        82.5
+        1.0
     );
-    // The label value round-trips through its escaping.
     assert_eq!(
         find(
-            "tinyperf_suite_stage_metric",
-            &[("metric", "odd \"name\" \\ with\nnewline")]
+            "tinyperf_stage_verdict",
+            &[
+                ("suite", "acceptance"),
+                ("stage", "gemm"),
+                ("verdict", "pass")
+            ]
         ),
         1.0
     );
-    assert_eq!(
-        find("tinyperf_suite_last_run_info", &[("run_id", SEEDED_RUN)]),
-        1.0
+    let finished = find(
+        "tinyperf_suite_result_timestamp_seconds",
+        &[("suite", "acceptance")],
     );
-    assert_eq!(
-        find("tinyperf_suite_last_run_passed", &[("suite", "acceptance")]),
-        1.0
+    assert!(
+        (finished - chrono::Utc::now().timestamp() as f64).abs() < 600.0,
+        "{finished}"
     );
+    assert!(find("process_resident_memory_bytes", &[]) > 0.0);
+    assert!(find("process_open_fds", &[]) > 0.0);
+    // No run id is a label: a label per run would grow without bound.
+    assert!(!text.contains(SEEDED_RUN), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

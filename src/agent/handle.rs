@@ -239,6 +239,11 @@ impl AgentHandle {
     }
 
     /// Runs in the store.
+    /// The newest finished result of each suite and each stage, from the store's index.
+    pub fn latest_results(&self) -> crate::record::LatestResults {
+        self.shared.store.latest_results()
+    }
+
     pub fn runs_stored(&self) -> usize {
         self.shared.store.len()
     }

@@ -408,6 +408,11 @@ impl Store {
         self.index().last_finished_brief().cloned()
     }
 
+    /// The newest finished result of each suite and each stage, from the index.
+    pub fn latest_results(&self) -> super::LatestResults {
+        super::LatestResults::collect(self.index().newest())
+    }
+
     /// The newest finished run in full, kept in memory.
     pub fn last_finished_record(&self) -> Option<Arc<RunRecord>> {
         self.index().last_finished_record()

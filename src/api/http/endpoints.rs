@@ -190,11 +190,18 @@ impl App {
     async fn metrics(&self) -> Result<Response<Body>, ApiError> {
         let status = self.handle.status();
         let last_run = self.handle.last_finished_run();
+        let latest = self.handle.latest_results();
+        let live_sample = self.handle.with_live(|live| live.latest_sample().cloned());
+        let process = metrics::process::read();
         let text = metrics::render(&metrics::Snapshot {
             status: &status,
             counters: &self.handle.counters(),
             hardware: &self.handle.hardware(),
+            hostname: &metrics::hostname(),
+            latest: &latest,
             last_run: last_run.as_deref(),
+            live_sample: live_sample.as_ref(),
+            process: process.as_ref(),
             runs_stored: self.handle.runs_stored(),
         });
         Ok(response::bytes(StatusCode::OK, response::PROMETHEUS, text))
