@@ -2,6 +2,7 @@
 
 pub mod deadline;
 pub mod event;
+pub mod option_schema;
 pub mod options;
 
 use serde_json::{Map, Value};

@@ -107,7 +107,7 @@ impl App {
             Endpoint::OpenApi => Ok(response::bytes(
                 StatusCode::OK,
                 response::JSON,
-                OPENAPI.as_bytes(),
+                openapi_document().as_bytes(),
             )),
             Endpoint::Metrics => self.metrics().await,
             Endpoint::Page => self.page().await,
@@ -230,6 +230,17 @@ impl App {
     }
 }
 
+/// The API description with the run options' schema made from the agent's own option
+/// tables, built once.
+fn openapi_document() -> &'static str {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let mut doc: Value = serde_json::from_str(OPENAPI).expect("openapi.json is JSON");
+        doc["components"]["schemas"]["RunOptions"] = crate::suite::option_schema::schema();
+        doc.to_string()
+    })
+}
+
 /// Refuses a request whose head is over the limits with a JSON 431.
 fn check_head_size(request: &Request<Incoming>, limits: &Limits) -> Result<(), ApiError> {
     let headers = request.headers();
@@ -327,8 +338,11 @@ mod tests {
 
     #[test]
     fn openapi_document_lists_every_route() {
-        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        let doc: Value = serde_json::from_str(openapi_document()).unwrap();
         assert!(doc["openapi"].as_str().unwrap().starts_with("3.0"));
+        let options = &doc["components"]["schemas"]["RunOptions"]["properties"];
+        assert_eq!(options["dynamic_loss_scale"]["type"], "boolean");
+        assert_eq!(options["gemm_size"]["type"], "integer");
         let paths = doc["paths"].as_object().unwrap();
         for (template, methods) in super::super::router::ROUTES {
             let path = paths
