@@ -62,6 +62,12 @@ impl AgentInterface {
         Ok(self.handle.cancel(&run_id).await?)
     }
 
+    /// The agent's status as JSON: the same object as HTTP's `/api/v1/status` (state,
+    /// current run, suite, stage, progress, last run, unsaved runs, SKU, version, start).
+    async fn get_status(&self) -> Result<String, Agent1Error> {
+        to_json(&self.handle.status())
+    }
+
     /// One run's full record as JSON.
     async fn get_run(&self, run_id: String) -> Result<String, Agent1Error> {
         let record = self.handle.get_run(&run_id).await?;
