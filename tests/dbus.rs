@@ -345,6 +345,7 @@ async fn busctl_reads_properties_and_calls_methods() {
         ".Start",
         "sa{sv}",
         ".Cancel",
+        ".GetStatus",
         ".GetRun",
         ".ListRuns",
         ".Rescan",

@@ -268,6 +268,11 @@ async fn every_get_endpoint_answers() {
     let hardware = get(addr, "/api/v1/hardware").await;
     assert_eq!(hardware.status, 200);
     assert_eq!(hardware.json(), server.handle.hardware());
+    assert_eq!(hardware.json()["schema_version"], 1);
+    assert_eq!(
+        hardware.json()["tinyperf_version"],
+        env!("CARGO_PKG_VERSION")
+    );
 
     let runs = get(addr, "/api/v1/runs?limit=5").await.json();
     assert_eq!(runs["runs"][0]["id"], SEEDED_RUN);
