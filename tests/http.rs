@@ -335,6 +335,27 @@ async fn every_get_endpoint_answers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_without_an_mllog_is_told_apart_from_no_run() {
+    let server = start_server(Some(TOKEN), None, |dir| {
+        seed_run(dir);
+        std::fs::remove_file(dir.join("runs").join(SEEDED_RUN).join("mllog.txt")).unwrap();
+    })
+    .await;
+    let missing = get(server.addr, &format!("/api/v1/runs/{SEEDED_RUN}/mllog")).await;
+    missing.assert_error(404, "not_found");
+    assert_eq!(
+        missing.json()["error"]["message"],
+        format!("run \"{SEEDED_RUN}\" has no mllog.txt")
+    );
+    let absent = get(server.addr, "/api/v1/runs/20260101-000000-bbbbbb/mllog").await;
+    absent.assert_error(404, "not_found");
+    assert_eq!(
+        absent.json()["error"]["message"],
+        "no run with id \"20260101-000000-bbbbbb\""
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_runs_and_artifacts_are_404_json() {
     let server = default_server().await;
     let addr = server.addr;

@@ -85,6 +85,9 @@ pub enum ReadError {
     InvalidId(String),
     #[error("no run with id {}", crate::echo::quoted(.0))]
     NotFound(String),
+    /// The run exists; the file does not (a run that never wrote one).
+    #[error("run {} has no {file}", crate::echo::quoted(.id))]
+    MissingFile { id: String, file: String },
     #[error("{what} of run {id} is {size} bytes, over the limit of {limit} bytes")]
     TooLarge {
         id: String,
@@ -496,9 +499,12 @@ impl Store {
         let limit = self.options.max_artifact_bytes;
         match read_bounded(&self.runs_dir.join(id).join(artifact.file_name()), limit) {
             Ok(b) => Ok(b),
-            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => Err(
-                ReadError::NotFound(format!("{id}/{}", artifact.file_name())),
-            ),
+            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+                Err(ReadError::MissingFile {
+                    id: id.to_string(),
+                    file: artifact.file_name().to_string(),
+                })
+            }
             Err(BoundedReadError::Io(e)) => Err(ReadError::Unreadable(format!(
                 "cannot read {} of run {id}: {e}",
                 artifact.file_name()
@@ -662,10 +668,13 @@ mod tests {
             store.read_artifact("r", Artifact::Mllog).unwrap(),
             b":::MLLOG {}\n"
         );
-        assert!(matches!(
+        assert_eq!(
             store.read_artifact("r", Artifact::Telemetry),
-            Err(ReadError::NotFound(_))
-        ));
+            Err(ReadError::MissingFile {
+                id: "r".into(),
+                file: "telemetry.csv".into()
+            })
+        );
         assert!(matches!(
             store.read_artifact("nope", Artifact::Mllog),
             Err(ReadError::NotFound(_))
