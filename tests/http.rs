@@ -488,6 +488,10 @@ async fn a_second_run_is_busy_and_the_first_can_be_cancelled() {
     assert_eq!(cancel.json()["id"], id.as_str());
     let record = wait_finished(addr, &id, Duration::from_secs(30)).await;
     assert_eq!(record["state"], "cancelled", "{record}");
+    // Not judged: no verdict, rather than an error that reads as a broken box.
+    assert_eq!(record["summary"]["verdict"], Value::Null, "{record}");
+    let listed = get(addr, "/api/v1/runs?limit=1").await.json();
+    assert_eq!(listed["runs"][0]["verdict"], Value::Null, "{listed}");
     wait_idle(&server.handle).await;
     let metrics = get(addr, "/metrics").await.text();
     assert!(metrics

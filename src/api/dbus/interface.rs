@@ -159,7 +159,7 @@ impl AgentInterface {
     ) -> zbus::Result<()>;
 
     /// A run ended in `state` (`passed`, `failed`, `error`, `cancelled`) with an
-    /// overall verdict.
+    /// overall verdict; the verdict is empty for a cancelled run, which was not judged.
     #[zbus(signal)]
     pub async fn run_finished(
         emitter: &SignalEmitter<'_>,
