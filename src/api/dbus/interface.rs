@@ -107,7 +107,8 @@ impl AgentInterface {
         self.handle.status().current_stage.unwrap_or_default()
     }
 
-    /// Progress of the current stage, 0..1; 0 when idle.
+    /// Progress of the run in progress, 0..1, over all its stages; it never goes back
+    /// during a run, and is 0 when idle.
     #[zbus(property)]
     async fn progress(&self) -> f64 {
         self.handle.status().progress
