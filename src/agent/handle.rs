@@ -159,6 +159,11 @@ impl AgentHandle {
     }
 
     /// The SKU the box was recognised as, or `unrecognised`.
+    /// Reads the inventory in place, without copying it (a scrape needs only a few fields).
+    pub fn with_hardware<T>(&self, reader: impl FnOnce(&Value) -> T) -> T {
+        reader(&read(&self.shared.hardware).json)
+    }
+
     pub fn sku(&self) -> String {
         read(&self.shared.hardware).sku.clone()
     }

@@ -193,16 +193,21 @@ impl App {
         let latest = self.handle.latest_results();
         let live_sample = self.handle.with_live(|live| live.latest_sample().cloned());
         let process = metrics::process::read();
-        let text = metrics::render(&metrics::Snapshot {
-            status: &status,
-            counters: &self.handle.counters(),
-            hardware: &self.handle.hardware(),
-            hostname: &metrics::hostname(),
-            latest: &latest,
-            last_run: last_run.as_deref(),
-            live_sample: live_sample.as_ref(),
-            process: process.as_ref(),
-            runs_stored: self.handle.runs_stored(),
+        let counters = self.handle.counters();
+        let hostname = metrics::hostname();
+        let runs_stored = self.handle.runs_stored();
+        let text = self.handle.with_hardware(|hardware| {
+            metrics::render(&metrics::Snapshot {
+                status: &status,
+                counters: &counters,
+                hardware,
+                hostname: &hostname,
+                latest: &latest,
+                last_run: last_run.as_deref(),
+                live_sample: live_sample.as_ref(),
+                process: process.as_ref(),
+                runs_stored,
+            })
         });
         Ok(response::bytes(StatusCode::OK, response::PROMETHEUS, text))
     }
