@@ -88,18 +88,20 @@ const FIGURES: &[(&str, Family)] = &[
     ),
 ];
 
-/// Per-GPU matrix-multiply figures are named `gpu<index>_<precision>_tflops`.
+/// Per-GPU matrix-multiply figures are named `gpu<index>_<precision>_tflops`. The index is
+/// the GPU runtime's device order, which need not be the inventory's PCI order, and the
+/// brief keeps no address: so these carry `gpu` and no `pci_address`, rather than a guess.
 const GPU_GEMM: Family = Family {
     name: "tinyperf_gpu_gemm_flop_per_second",
-    help:
-        "Matrix-multiply throughput of one GPU, floating-point operations per second, by precision.",
+    help: "Matrix-multiply throughput of one GPU, floating-point operations per second, \
+           by precision; gpu is the GPU runtime's device index.",
     scale: 1e12,
 };
 
-pub fn render(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
+pub fn render(out: &mut Exposition, latest: &LatestResults) {
     suites(out, latest);
     stages(out, latest);
-    figures(out, latest, hardware);
+    figures(out, latest);
 }
 
 fn suites(out: &mut Exposition, latest: &LatestResults) {
@@ -190,7 +192,7 @@ fn stages(out: &mut Exposition, latest: &LatestResults) {
 
 /// Families are written one after another (Prometheus wants a family's samples together),
 /// so the figures are walked once per family.
-fn figures(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
+fn figures(out: &mut Exposition, latest: &LatestResults) {
     for (figure_name, family) in FIGURES {
         for stage in &latest.stages {
             for figure in stage.figures.iter().filter(|f| f.name == *figure_name) {
@@ -206,14 +208,12 @@ fn figures(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
     for stage in &latest.stages {
         for (figure, gpu, precision) in stage.figures.iter().filter_map(gpu_gemm) {
             out.family(GPU_GEMM.name, Kind::Gauge, GPU_GEMM.help);
-            let address = gpu_address(hardware, gpu).unwrap_or("");
             out.sample(
                 GPU_GEMM.name,
                 &[
                     ("suite", &stage.suite),
                     ("stage", &stage.stage),
                     ("gpu", &gpu.to_string()),
-                    ("pci_address", address),
                     ("precision", precision),
                 ],
                 figure.value * GPU_GEMM.scale,
@@ -227,11 +227,6 @@ fn gpu_gemm(figure: &Figure) -> Option<(&Figure, usize, &str)> {
     let rest = figure.name.strip_prefix("gpu")?.strip_suffix("_tflops")?;
     let (index, precision) = rest.split_once('_')?;
     Some((figure, index.parse().ok()?, precision))
-}
-
-/// The PCI address of the inventory's GPU at `index`.
-pub fn gpu_address(hardware: &Value, index: usize) -> Option<&str> {
-    hardware.get("gpus")?.get(index)?.get("address")?.as_str()
 }
 
 /// Each check about one GPU in the newest finished run (the health suite's, the
