@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The agent with a long history, beside the build it replaced, in the same run: 1,000 stored
 # runs of a tinybox green's size (the inventory of tests/fixtures/tinybox-green, as the worker
-# records it), then for each build: latency of /, /api/v1/runs, /metrics and /api/v1/status
+# records it), then for each build: latency of /, /runs/{id} (the newest run's page; a build
+# without that page answers 404, reported as such), /api/v1/runs, /metrics and /api/v1/status
 # under 50 clients (wrk), D-Bus ListRuns(0) latency under 50 callers (busctl), and the agent's
-# RSS after 60 s of 50 clients on /. Both agents run on private D-Bus session buses, over
-# loopback. The figures are printed side by side, once per round.
+# RSS after 60 s of 50 clients on /. Then a live phase: each build on the tinybox red fixture
+# tree (six amdgpu hwmon GPUs with power, temperatures and busy percent), with a run in
+# progress (an external benchmark that sleeps, started over HTTP) so /metrics carries the live
+# GPU gauges, and / and /metrics measured during it. Both agents run on private D-Bus session
+# buses, over loopback. The figures are printed side by side, once per round.
 #
 # Usage: scripts/bench-agent.sh [path/to/new/tinyperf] [path/to/base/tinyperf]
 # Without a base binary, the base commit (BASE, default cf9fb8d) is checked out as a git
@@ -23,7 +27,7 @@ rounds=${ROUNDS:-2}
 base_rev=${BASE:-cf9fb8d}
 memory_limit_mb=${MEMORY_LIMIT_MB:-8192}
 
-for tool in wrk dbus-daemon busctl python3 git; do
+for tool in wrk dbus-daemon busctl python3 git curl; do
   if ! command -v "$tool" >/dev/null; then
     case "$tool" in
       wrk) pkg=wrk ;; dbus-daemon) pkg=dbus ;; busctl) pkg=systemd ;; *) pkg=$tool ;;
@@ -80,19 +84,28 @@ for i in range(count):
     with open(f"{out}/runs/{rid}/run.json", "w") as f:
         json.dump(record, f, indent=2)
 EOF
+newest_run=$(ls "$work/history/runs" | sort | tail -1)
 size=$(du -sh "$work/history/runs" | cut -f1)
 echo "bench-agent: $runs records of $(stat -c %s "$template") bytes each ($size), $(nproc) CPUs," \
   "$connections clients; new $new_bin, base $base_bin ($base_rev)"
 
-# start_agent NAME BINARY: a private bus and an agent on a copy of the history; sets $addr, $bus, $pid.
+# The live phase's run: an external benchmark that only sleeps, so the run stays in progress
+# and the worker samples the fixture tree's GPUs all along.
+live_root=tests/fixtures/tinybox-red
+live_benchmark='[benchmarks.sleep]
+command = ["sleep", "3600"]'
+
+# start_agent NAME BINARY [ROOT]: a private bus and an agent on a copy of the history (over
+# the sysfs tree ROOT, default /); sets $addr, $bus, $pid, $token.
 start_agent() {
-  local name=$1 bin=$2 dir=$work/$1
+  local name=$1 bin=$2 root=${3:-/} dir=$work/$1
   mkdir -p "$dir"
   cp -a "$work/history" "$dir/state"
   od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$dir/token"
   chmod 600 "$dir/token"
-  printf 'listen = "127.0.0.1:0"\ntoken_file = "%s"\nstate_dir = "%s"\nretention = %d\n' \
-    "$dir/token" "$dir/state" $((runs * 2)) >"$dir/tinyperf.toml"
+  token=$(cat "$dir/token")
+  printf 'listen = "127.0.0.1:0"\ntoken_file = "%s"\nstate_dir = "%s"\nretention = %d\n%s\n' \
+    "$dir/token" "$dir/state" $((runs * 2)) "$live_benchmark" >"$dir/tinyperf.toml"
   local bus_pid
   { read -r bus; read -r bus_pid; } < <(dbus-daemon --session --fork --nosyslog --print-address=1 --print-pid=1)
   pids+=("$bus_pid")
@@ -100,7 +113,7 @@ start_agent() {
   # space is capped so a shared machine survives it (an allocation past the cap aborts it,
   # which the figures then show as errors).
   (ulimit -v $((memory_limit_mb * 1024)); TINYPERF_LOG=warn exec "$bin" agent \
-    --config "$dir/tinyperf.toml" --bus "$bus" >"$dir/out" 2>"$dir/log") &
+    --config "$dir/tinyperf.toml" --bus "$bus" --root "$root" >"$dir/out" 2>"$dir/log") &
   pid=$!
   pids+=("$pid")
   addr=""
@@ -175,6 +188,22 @@ print(f"{len(took) / (time.monotonic() - started):.1f} {q(0.5):.2f} {q(0.99):.2f
 EOF
 }
 
+# http_status URL: the status code of one GET
+http_status() {
+  curl -s -o /dev/null -w '%{http_code}' "$1" || echo 000
+}
+
+# measure_path NAME ROUND LABEL URL: wrk on URL, or "absent" when the build answers 404 there
+measure_path() {
+  local name=$1 round=$2 label=$3 url=$4
+  if [ "$(http_status "$url")" = 404 ]; then
+    echo "$round $name $label absent" >>"$work/results"
+    return
+  fi
+  read -r rps p50 p99 errs < <(wrk_stats "$url" "$duration")
+  echo "$round $name $label $rps $p50 $p99 $errs" >>"$work/results"
+}
+
 # measure NAME BINARY ROUND: one line per figure into $work/results
 measure() {
   local name=$1 bin=$2 round=$3
@@ -182,10 +211,11 @@ measure() {
   local idle
   idle=$(rss_mib "$pid")
   echo "$round $name rss_idle_mib $idle" >>"$work/results"
-  for path in / /api/v1/runs /metrics /api/v1/status; do
+  for path in / "/runs/$newest_run" /api/v1/runs /metrics /api/v1/status; do
     alive "$name" "$bin"
-    read -r rps p50 p99 errs < <(wrk_stats "http://$addr$path" "$duration")
-    echo "$round $name $path $rps $p50 $p99 $errs" >>"$work/results"
+    local label=$path
+    [ "$path" = "/runs/$newest_run" ] && label='/runs/{id}'
+    measure_path "$name" "$round" "$label" "http://$addr$path"
   done
   alive "$name" "$bin"
   read -r rps p50 p99 errs < <(listruns_stats "$bus" "${duration%s}")
@@ -193,6 +223,35 @@ measure() {
   alive "$name" "$bin"
   wrk_stats "http://$addr/" "$rss_duration" >/dev/null
   echo "$round $name rss_after_load_mib $(rss_mib "$pid")" >>"$work/results"
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  measure_live "$name" "$bin" "$round"
+}
+
+# measure_live NAME BINARY ROUND: / and /metrics while a run samples six GPUs' telemetry
+measure_live() {
+  local name=$1 bin=$2 round=$3
+  start_agent "$name-$round-live" "$bin" "$live_root"
+  local answer run_id gauges=0
+  answer=$(curl -s -X POST -H "authorization: Bearer $token" -H 'content-type: application/json' \
+    -d '{"suite": "external", "options": {"benchmark": "sleep"}}' "http://$addr/api/v1/runs")
+  run_id=$(printf '%s' "$answer" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("id", ""))' 2>/dev/null || true)
+  if [ -z "$run_id" ]; then
+    echo "bench-agent: the $name agent did not start the live run: $answer" >&2
+    echo "$round $name live_gpu_gauges none" >>"$work/results"
+  else
+    # Until the first telemetry sample is in (a build without live gauges: 10 s of the run).
+    for _ in $(seq 100); do
+      gauges=$(curl -s "http://$addr/metrics" | grep -c '^tinyperf_gpu_power_watts{' || true)
+      [ "$gauges" -gt 0 ] && break
+      sleep 0.1
+    done
+    echo "$round $name live_gpu_gauges $gauges" >>"$work/results"
+    for path in / /metrics; do
+      measure_path "$name" "$round" "live:$path" "http://$addr$path"
+    done
+    curl -s -o /dev/null -X POST -H "authorization: Bearer $token" "http://$addr/api/v1/runs/$run_id/cancel" || true
+  fi
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
@@ -212,12 +271,16 @@ rows = collections.defaultdict(dict)
 for line in open(path):
     f = line.split()
     rows[(f[0], f[2])][f[1]] = f[3:]
-goals = {"/": 20, "/api/v1/runs": 20, "/metrics": 20, "/api/v1/status": 5}
+goals = {"/": 20, "/runs/{id}": 20, "/api/v1/runs": 20, "/metrics": 20, "/api/v1/status": 5,
+         "live:/metrics": 20, "live:/": 20}
 print(f"\n{runs} stored runs, {clients} clients; latency in ms; base = previous build, new = this one")
 print(f"{'round':>5}  {'what':<22} {'base req/s':>10} {'p50':>9} {'p99':>9} {'err':>5}   "
       f"{'new req/s':>10} {'p50':>9} {'p99':>9} {'err':>5}   goal")
 for (rnd, what), by in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1].startswith("rss"), kv[0][1])):
     b, n = by.get("base", []), by.get("new", [])
+    if what == "live_gpu_gauges":
+        print(f"{rnd:>5}  {'live GPU power gauges':<22} {b[0] if b else '-':>10} {'':>31}   {n[0] if n else '-':>10}")
+        continue
     if what == "restarts":
         print(f"{rnd:>5}  {'agent died, restarted':<22} {b[0] if b else '0':>10} {'':>31}   {n[0] if n else '0':>10}")
         continue
@@ -232,8 +295,11 @@ for (rnd, what), by in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1].s
         continue
     goal = goals.get(what)
     verdict = ""
-    if goal is not None and n:
+    if n and n[0] == "absent":
+        verdict = "404: not in this build"
+    elif goal is not None and n:
         verdict = f"p99 ≤ {goal} ms " + ("met" if float(n[2]) <= goal else "missed")
-    cells = lambda v: (f"{v[0]:>10} {v[1]:>9} {v[2]:>9} {v[3]:>5}" if v else f"{'-':>10} {'-':>9} {'-':>9} {'-':>5}")
+    cells = lambda v: (f"{'404':>10} {'absent':>9} {'':>9} {'':>5}" if v and v[0] == "absent" else
+                       f"{v[0]:>10} {v[1]:>9} {v[2]:>9} {v[3]:>5}" if v else f"{'-':>10} {'-':>9} {'-':>9} {'-':>5}")
     print(f"{rnd:>5}  {what:<22} {cells(b)}   {cells(n)}   {verdict}")
 EOF

@@ -36,7 +36,7 @@ fn json(out: &Output) -> Value {
 fn start_wait_then_runs_show_and_status() {
     let bus = Bus::start();
     let dirs = AgentDirs::new("");
-    let _agent = Agent::start(&bus, &dirs);
+    let agent = Agent::start(&bus, &dirs);
 
     let out = tinyperf(&bus.address, &["start", "inventory", "--wait"]);
     let text = stdout(&out);
@@ -68,10 +68,13 @@ fn start_wait_then_runs_show_and_status() {
     let state_col = header.find("STATE").unwrap();
     assert_eq!(&row[state_col..state_col + 6], "passed", "{text}");
 
-    let runs = json(&tinyperf(&bus.address, &["runs", "--json", "--limit", "1"]));
-    assert_eq!(runs.as_array().unwrap().len(), 1);
+    // The shape HTTP's GET /api/v1/runs gives: {"runs": [briefs]}.
+    let listed = json(&tinyperf(&bus.address, &["runs", "--json", "--limit", "1"]));
+    let runs = &listed["runs"];
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{listed}");
     assert_eq!(runs[0]["id"], run_id.as_str());
     assert_eq!(runs[0]["trigger"], "dbus");
+    assert!(runs[0]["stages"].is_array() && runs[0].get("hardware").is_none());
 
     let out = tinyperf(&bus.address, &["show", &run_id]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -101,6 +104,17 @@ fn start_wait_then_runs_show_and_status() {
     assert_eq!(status["current_run"], Value::Null);
     assert_eq!(status["last_run"]["id"], run_id.as_str());
     assert_eq!(status["version"], env!("CARGO_PKG_VERSION"));
+    // The same fields as HTTP's GET /api/v1/status.
+    let (code, body) = common::http_get(agent.http, "/api/v1/status").unwrap();
+    assert_eq!(code, 200);
+    let http: Value = serde_json::from_slice(&body).unwrap();
+    let keys = |v: &Value| {
+        let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    };
+    assert_eq!(keys(&status), keys(&http), "{status}\n{http}");
+    assert_eq!(status["agent_started_at"], http["agent_started_at"]);
 
     // Without --wait, start prints the id at once; with --json, as an object.
     let started = json(&tinyperf(&bus.address, &["start", "inventory", "--json"]));

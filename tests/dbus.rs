@@ -321,8 +321,10 @@ async fn second_start_is_busy_and_cancel_ends_the_run_cancelled() {
     let args = f.args().unwrap();
     assert_eq!(args.run_id, run_id);
     assert_eq!(args.state, "cancelled");
+    assert_eq!(args.verdict, "", "a cancelled run is not judged");
     let record: Value = serde_json::from_str(&agent.get_run(&run_id).await.unwrap()).unwrap();
     assert_eq!(record["state"], "cancelled");
+    assert_eq!(record["summary"]["verdict"], Value::Null);
     assert_eq!(agent.state().await.unwrap(), "idle");
     assert_eq!(agent.current_run().await.unwrap(), "");
 
@@ -345,6 +347,7 @@ async fn busctl_reads_properties_and_calls_methods() {
         ".Start",
         "sa{sv}",
         ".Cancel",
+        ".GetStatus",
         ".GetRun",
         ".ListRuns",
         ".Rescan",

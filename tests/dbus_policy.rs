@@ -265,6 +265,7 @@ fn anyone_reads_but_only_root_and_group_tinyperf_write() {
     let _agent = RootAgent::start(&bus);
     let reads: &[(&str, &[&str])] = &[
         ("org.tinyperf.Agent1.ListRuns", &["uint32:5"]),
+        ("org.tinyperf.Agent1.GetStatus", &[]),
         (
             "org.freedesktop.DBus.Properties.Get",
             &["string:org.tinyperf.Agent1", "string:State"],

@@ -117,6 +117,9 @@ fn json_has_every_section() {
         assert!(report.get(key).is_some(), "missing {key}");
     }
     assert!(report["runtime"].is_null(), "--no-runtime skips the probe");
+    // The shape is versioned, and says which tinyperf took it.
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["tinyperf_version"], env!("CARGO_PKG_VERSION"));
     let gpu = &report["gpus"][0];
     assert_eq!(gpu["address"], "0000:03:00.0");
     assert_eq!(gpu["pci_id"], "1002:744c");

@@ -268,6 +268,11 @@ async fn every_get_endpoint_answers() {
     let hardware = get(addr, "/api/v1/hardware").await;
     assert_eq!(hardware.status, 200);
     assert_eq!(hardware.json(), server.handle.hardware());
+    assert_eq!(hardware.json()["schema_version"], 1);
+    assert_eq!(
+        hardware.json()["tinyperf_version"],
+        env!("CARGO_PKG_VERSION")
+    );
 
     let runs = get(addr, "/api/v1/runs?limit=5").await.json();
     assert_eq!(runs["runs"][0]["id"], SEEDED_RUN);
@@ -327,6 +332,27 @@ async fn every_get_endpoint_answers() {
         .unwrap();
     assert_eq!(head.status, 200);
     assert!(head.body.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_without_an_mllog_is_told_apart_from_no_run() {
+    let server = start_server(Some(TOKEN), None, |dir| {
+        seed_run(dir);
+        std::fs::remove_file(dir.join("runs").join(SEEDED_RUN).join("mllog.txt")).unwrap();
+    })
+    .await;
+    let missing = get(server.addr, &format!("/api/v1/runs/{SEEDED_RUN}/mllog")).await;
+    missing.assert_error(404, "not_found");
+    assert_eq!(
+        missing.json()["error"]["message"],
+        format!("run \"{SEEDED_RUN}\" has no mllog.txt")
+    );
+    let absent = get(server.addr, "/api/v1/runs/20260101-000000-bbbbbb/mllog").await;
+    absent.assert_error(404, "not_found");
+    assert_eq!(
+        absent.json()["error"]["message"],
+        "no run with id \"20260101-000000-bbbbbb\""
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -462,6 +488,10 @@ async fn a_second_run_is_busy_and_the_first_can_be_cancelled() {
     assert_eq!(cancel.json()["id"], id.as_str());
     let record = wait_finished(addr, &id, Duration::from_secs(30)).await;
     assert_eq!(record["state"], "cancelled", "{record}");
+    // Not judged: no verdict, rather than an error that reads as a broken box.
+    assert_eq!(record["summary"]["verdict"], Value::Null, "{record}");
+    let listed = get(addr, "/api/v1/runs?limit=1").await.json();
+    assert_eq!(listed["runs"][0]["verdict"], Value::Null, "{listed}");
     wait_idle(&server.handle).await;
     let metrics = get(addr, "/metrics").await.text();
     assert!(metrics
@@ -943,7 +973,10 @@ async fn metrics_parse_as_prometheus_text() {
         }
     }
     for (name, _, _) in &samples {
-        assert!(name.starts_with("tinyperf_"), "{name}");
+        assert!(
+            name.starts_with("tinyperf_") || name.starts_with("process_"),
+            "{name}"
+        );
         assert!(typed.contains_key(name), "{name} has no TYPE");
         assert!(helped.contains(name), "{name} has no HELP");
         if typed[name] == "counter" {
@@ -965,7 +998,7 @@ async fn metrics_parse_as_prometheus_text() {
     assert_eq!(find("tinyperf_agent_running", &[]), 0.0);
     assert_eq!(
         find(
-            "tinyperf_agent_info",
+            "tinyperf_box_info",
             &[("version", env!("CARGO_PKG_VERSION"))]
         ),
         1.0
@@ -979,27 +1012,34 @@ async fn metrics_parse_as_prometheus_text() {
     assert!(find("tinyperf_agent_uptime_seconds", &[]) >= 0.0);
     assert_eq!(
         find(
-            "tinyperf_suite_stage_metric",
-            &[("stage", "gemm"), ("metric", "tflops"), ("unit", "TFLOP/s")]
+            "tinyperf_suite_state",
+            &[("suite", "acceptance"), ("state", "passed")]
         ),
-        82.5
+        1.0
     );
-    // The label value round-trips through its escaping.
     assert_eq!(
         find(
-            "tinyperf_suite_stage_metric",
-            &[("metric", "odd \"name\" \\ with\nnewline")]
+            "tinyperf_stage_verdict",
+            &[
+                ("suite", "acceptance"),
+                ("stage", "gemm"),
+                ("verdict", "pass")
+            ]
         ),
         1.0
     );
-    assert_eq!(
-        find("tinyperf_suite_last_run_info", &[("run_id", SEEDED_RUN)]),
-        1.0
+    let finished = find(
+        "tinyperf_suite_result_timestamp_seconds",
+        &[("suite", "acceptance")],
     );
-    assert_eq!(
-        find("tinyperf_suite_last_run_passed", &[("suite", "acceptance")]),
-        1.0
+    assert!(
+        (finished - chrono::Utc::now().timestamp() as f64).abs() < 600.0,
+        "{finished}"
     );
+    assert!(find("process_resident_memory_bytes", &[]) > 0.0);
+    assert!(find("process_open_fds", &[]) > 0.0);
+    // No run id is a label: a label per run would grow without bound.
+    assert!(!text.contains(SEEDED_RUN), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

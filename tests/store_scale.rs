@@ -73,7 +73,17 @@ fn a_thousand_runs_are_listed_paged_and_scraped_from_memory() {
         metrics.contains(&format!("tinyperf_store_runs {RUNS}")),
         "{metrics}"
     );
-    assert!(metrics.contains(&format!("run_id=\"{}\"", ids[RUNS - 1])));
+    // The newest result of the suite, from the briefs, and no run id as a label.
+    let newest_finished = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:05Z").unwrap()
+        + chrono::Duration::minutes(RUNS as i64 - 1);
+    assert!(
+        metrics.contains(&format!(
+            "tinyperf_suite_result_timestamp_seconds{{suite=\"inventory\"}} {}\n",
+            newest_finished.timestamp()
+        )),
+        "{metrics}"
+    );
+    assert!(!metrics.contains(&ids[RUNS - 1]), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

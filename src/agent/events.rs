@@ -36,7 +36,8 @@ pub enum AgentEvent {
     RunFinished {
         run_id: String,
         state: RunState,
-        verdict: Verdict,
+        /// None for a run cancelled or interrupted before it was judged.
+        verdict: Option<Verdict>,
     },
     HardwareChanged {
         sku: String,

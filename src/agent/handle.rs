@@ -22,6 +22,9 @@ pub enum AgentError {
     Busy(String),
     #[error("no run with id {}", crate::echo::quoted(.0))]
     NotFound(String),
+    /// The run exists but lacks the file asked for; the message names both.
+    #[error("{0}")]
+    MissingFile(String),
     #[error("invalid arguments: {0}")]
     InvalidArgs(String),
     /// A record or file too large to be served whole.
@@ -41,6 +44,7 @@ impl From<ReadError> for AgentError {
                 AgentError::InvalidArgs(format!("invalid run id {}", crate::echo::quoted(&id)))
             }
             ReadError::NotFound(id) => AgentError::NotFound(id),
+            e @ ReadError::MissingFile { .. } => AgentError::MissingFile(e.to_string()),
             e @ ReadError::TooLarge { .. } => AgentError::TooLarge(e.to_string()),
             ReadError::Unreadable(reason) => AgentError::Internal(reason),
         }
@@ -53,7 +57,7 @@ impl AgentError {
     pub fn code(&self) -> &'static str {
         match self {
             AgentError::Busy(_) => "busy",
-            AgentError::NotFound(_) => "not_found",
+            AgentError::NotFound(_) | AgentError::MissingFile(_) => "not_found",
             AgentError::InvalidArgs(_) => "invalid_args",
             AgentError::TooLarge(_) => "too_large",
             AgentError::NoSpace(_) => "no_space",
@@ -155,6 +159,11 @@ impl AgentHandle {
     }
 
     /// The SKU the box was recognised as, or `unrecognised`.
+    /// Reads the inventory in place, without copying it (a scrape needs only a few fields).
+    pub fn with_hardware<T>(&self, reader: impl FnOnce(&Value) -> T) -> T {
+        reader(&read(&self.shared.hardware).json)
+    }
+
     pub fn sku(&self) -> String {
         read(&self.shared.hardware).sku.clone()
     }
@@ -239,6 +248,11 @@ impl AgentHandle {
     }
 
     /// Runs in the store.
+    /// The newest finished result of each suite and each stage, from the store's index.
+    pub fn latest_results(&self) -> crate::record::LatestResults {
+        self.shared.store.latest_results()
+    }
+
     pub fn runs_stored(&self) -> usize {
         self.shared.store.len()
     }

@@ -305,8 +305,13 @@ impl Supervisor {
                 progress,
                 message,
             } => {
-                let progress = progress.clamp(0.0, 1.0);
-                write(&self.shared.status).progress = progress;
+                // The run's progress only grows: a worker's report below what was
+                // published already (a stage counting a phase from 0) leaves it be.
+                let progress = {
+                    let mut status = write(&self.shared.status);
+                    status.progress = status.progress.max(progress.clamp(0.0, 1.0));
+                    status.progress
+                };
                 self.publish(AgentEvent::Progress {
                     run_id: run_id.to_string(),
                     stage: stage.clone(),

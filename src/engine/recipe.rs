@@ -16,62 +16,132 @@ use super::train::loss_scale::{LossScaling, DEFAULT_GROWTH_INTERVAL, MAX_LOSS_SC
 /// The weight decay is `WEIGHT_DECAY_UNIT · 2^N`; MLPerf rules fix the form, N is free.
 pub const WEIGHT_DECAY_UNIT: f64 = 1e-4;
 
-/// The run-option keys [`Recipe::with_options`] reads, with what each sets.
-pub const OPTION_KEYS: &[(&str, &str)] = &[
-    (
-        "batch_size",
-        "global training batch size; without base_lr the LR scales linearly with it",
-    ),
-    ("eval_batch_size", "evaluation batch size"),
-    (
-        "base_lr",
-        "peak learning rate, reached at the end of warmup",
-    ),
-    ("end_lr", "learning rate at the end of the planned epochs"),
-    ("warmup_epochs", "epochs of linear warmup from LR 0"),
-    (
-        "train_epochs",
-        "planned epochs: the decay horizon and the most a run trains",
-    ),
-    ("lr_decay_power", "power of the polynomial decay"),
-    ("weight_decay", "LARS weight decay, as a number"),
-    (
-        "weight_decay_n",
-        "LARS weight decay as 1e-4 · 2^N, giving N",
-    ),
-    ("momentum", "momentum of LARS and of the skip-list SGD"),
-    (
-        "lars_epsilon",
-        "epsilon in the LARS trust ratio's denominator",
-    ),
-    ("lars_trust_coefficient", "LARS trust coefficient"),
-    (
-        "label_smoothing",
-        "label smoothing of the cross-entropy loss",
-    ),
-    ("eval_start_epoch", "first evaluated epoch (1-based)"),
-    (
-        "eval_every",
-        "epochs between evaluations before eval_every_epoch_from",
-    ),
-    (
-        "eval_every_epoch_from",
-        "from this epoch on, every epoch is evaluated",
-    ),
-    ("target_accuracy", "top-1 accuracy at which the run stops"),
-    ("seed", "seed of weight init, shuffling and augmentation"),
-    (
-        "precision",
-        "activation storage: fp32, or fp16/bf16 mixed precision (f32 master weights)",
-    ),
-    (
-        "loss_scale",
-        "fp16 loss scale: the fixed factor, or the starting one with dynamic_loss_scale",
-    ),
-    (
-        "dynamic_loss_scale",
-        "1 to halve the fp16 loss scale on overflow and double it after 2000 clean steps",
-    ),
+/// What kind of value a run option takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    Number,
+    Integer,
+    /// Text; one of the choices when there are any.
+    Text(&'static [&'static str]),
+    /// `true` or `false` (1 or 0 are taken too).
+    Flag,
+}
+
+/// A run option [`Recipe::with_options`] reads: its key, its kind and what it sets.
+#[derive(Debug, Clone, Copy)]
+pub struct RecipeOption {
+    pub key: &'static str,
+    pub kind: ValueKind,
+    pub help: &'static str,
+}
+
+/// The run options [`Recipe::with_options`] reads.
+pub const OPTION_KEYS: &[RecipeOption] = &[
+    RecipeOption {
+        key: "batch_size",
+        kind: ValueKind::Integer,
+        help: "global training batch size; without base_lr the LR scales linearly with it",
+    },
+    RecipeOption {
+        key: "eval_batch_size",
+        kind: ValueKind::Integer,
+        help: "evaluation batch size",
+    },
+    RecipeOption {
+        key: "base_lr",
+        kind: ValueKind::Number,
+        help: "peak learning rate, reached at the end of warmup",
+    },
+    RecipeOption {
+        key: "end_lr",
+        kind: ValueKind::Number,
+        help: "learning rate at the end of the planned epochs",
+    },
+    RecipeOption {
+        key: "warmup_epochs",
+        kind: ValueKind::Integer,
+        help: "epochs of linear warmup from LR 0",
+    },
+    RecipeOption {
+        key: "train_epochs",
+        kind: ValueKind::Integer,
+        help: "planned epochs: the decay horizon and the most a run trains",
+    },
+    RecipeOption {
+        key: "lr_decay_power",
+        kind: ValueKind::Number,
+        help: "power of the polynomial decay",
+    },
+    RecipeOption {
+        key: "weight_decay",
+        kind: ValueKind::Number,
+        help: "LARS weight decay, as a number",
+    },
+    RecipeOption {
+        key: "weight_decay_n",
+        kind: ValueKind::Integer,
+        help: "LARS weight decay as 1e-4 · 2^N, giving N",
+    },
+    RecipeOption {
+        key: "momentum",
+        kind: ValueKind::Number,
+        help: "momentum of LARS and of the skip-list SGD",
+    },
+    RecipeOption {
+        key: "lars_epsilon",
+        kind: ValueKind::Number,
+        help: "epsilon in the LARS trust ratio's denominator",
+    },
+    RecipeOption {
+        key: "lars_trust_coefficient",
+        kind: ValueKind::Number,
+        help: "LARS trust coefficient",
+    },
+    RecipeOption {
+        key: "label_smoothing",
+        kind: ValueKind::Number,
+        help: "label smoothing of the cross-entropy loss",
+    },
+    RecipeOption {
+        key: "eval_start_epoch",
+        kind: ValueKind::Integer,
+        help: "first evaluated epoch (1-based)",
+    },
+    RecipeOption {
+        key: "eval_every",
+        kind: ValueKind::Integer,
+        help: "epochs between evaluations before eval_every_epoch_from",
+    },
+    RecipeOption {
+        key: "eval_every_epoch_from",
+        kind: ValueKind::Integer,
+        help: "from this epoch on, every epoch is evaluated",
+    },
+    RecipeOption {
+        key: "target_accuracy",
+        kind: ValueKind::Number,
+        help: "top-1 accuracy at which the run stops",
+    },
+    RecipeOption {
+        key: "seed",
+        kind: ValueKind::Integer,
+        help: "seed of weight init, shuffling and augmentation",
+    },
+    RecipeOption {
+        key: "precision",
+        kind: ValueKind::Text(Precision::NAMES),
+        help: "activation storage: fp32, or fp16/bf16 mixed precision (f32 master weights)",
+    },
+    RecipeOption {
+        key: "loss_scale",
+        kind: ValueKind::Number,
+        help: "fp16 loss scale: the fixed factor, or the starting one with dynamic_loss_scale",
+    },
+    RecipeOption {
+        key: "dynamic_loss_scale",
+        kind: ValueKind::Flag,
+        help: "true to halve the fp16 loss scale on overflow and double it after 2000 clean steps",
+    },
 ];
 
 /// A recipe option that cannot be used.
@@ -299,8 +369,8 @@ impl Recipe {
         )? {
             r.loss_scale = v;
         }
-        if let Some(v) = opts.whole("dynamic_loss_scale", 0.0, 1.0)? {
-            r.dynamic_loss_scale = v == 1.0;
+        if let Some(v) = opts.flag("dynamic_loss_scale")? {
+            r.dynamic_loss_scale = v;
         }
         r.validate()?;
         Ok(r)
@@ -534,6 +604,14 @@ impl Options<'_> {
         }
     }
 
+    /// `true`/`false`, or 1/0 as the option was once given.
+    fn flag(&self, key: &str) -> Result<Option<bool>, RecipeError> {
+        if let Some(Value::Bool(b)) = self.0.get(key) {
+            return Ok(Some(*b));
+        }
+        Ok(self.whole(key, 0.0, 1.0)?.map(|v| v == 1.0))
+    }
+
     fn whole(&self, key: &str, low: f64, high: f64) -> Result<Option<f64>, RecipeError> {
         let Some(n) = self.number(key)? else {
             return Ok(None);
@@ -554,8 +632,8 @@ impl Options<'_> {
 fn out_of_range(key: &str, value: f64, range: String) -> RecipeError {
     let help = OPTION_KEYS
         .iter()
-        .find(|(k, _)| *k == key)
-        .map_or("", |(_, h)| h);
+        .find(|o| o.key == key)
+        .map_or("", |o| o.help);
     RecipeError::OutOfRange {
         key: key.into(),
         value,

@@ -46,9 +46,17 @@ pub enum SkuSource {
     None,
 }
 
+/// The version of the inventory's JSON shape: a change that removes or renames a field
+/// bumps it.
+pub const INVENTORY_SCHEMA_VERSION: u32 = 1;
+
 /// Everything found on the box, and how it compares with its SKU.
 #[derive(Debug, Clone, Serialize)]
 pub struct HardwareReport {
+    /// [`INVENTORY_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The tinyperf that took the inventory.
+    pub tinyperf_version: String,
     pub sku: String,
     pub sku_source: SkuSource,
     pub sku_title: Option<String>,
@@ -169,6 +177,8 @@ pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareRepo
         None => Verdict::Skip,
     };
     HardwareReport {
+        schema_version: INVENTORY_SCHEMA_VERSION,
+        tinyperf_version: env!("CARGO_PKG_VERSION").to_string(),
         sku: spec.map_or(UNRECOGNISED, |s| s.name).to_string(),
         sku_source: source,
         sku_title: spec.map(|s| s.title.to_string()),

@@ -8,7 +8,7 @@ use super::run::{Metric, RunRecord, RunState, Summary, Trigger, Verdict};
 
 /// Figures a brief carries when a stage measured them: the ones an operator
 /// compares run against run.
-const HEADLINE_METRICS: &[&str] = &[
+pub const HEADLINE_METRICS: &[&str] = &[
     "gflops_sustained",
     "min_pair_gbps",
     "busbw_gbps",

@@ -7,10 +7,12 @@ pub mod brief;
 pub mod energy;
 pub mod files;
 mod index;
+pub mod latest;
 mod run;
 pub mod store;
 pub mod writer;
 
 pub use brief::{Figure, RunBrief, StageBrief};
 pub use energy::{joules_to_kwh, run_energy_j, ENERGY_METRIC, JOULES_PER_KWH};
+pub use latest::{LatestResults, StageOutcome, SuiteResult};
 pub use run::*;

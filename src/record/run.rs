@@ -246,12 +246,15 @@ impl RunRecord {
             .iter()
             .filter(|s| matches!(s.verdict, Verdict::Fail | Verdict::Error))
             .count();
-        self.summary.verdict = Some(match state {
-            RunState::Passed => Verdict::Pass,
-            RunState::Failed => Verdict::Fail,
-            RunState::Running => Verdict::combine(self.stages.iter().map(|s| s.verdict)),
-            RunState::Error | RunState::Cancelled | RunState::Interrupted => Verdict::Error,
-        });
+        // A cancelled or interrupted run was never judged: it has no verdict, and its
+        // state says why, so a dashboard never counts it as a broken box.
+        self.summary.verdict = match state {
+            RunState::Passed => Some(Verdict::Pass),
+            RunState::Failed => Some(Verdict::Fail),
+            RunState::Running => Some(Verdict::combine(self.stages.iter().map(|s| s.verdict))),
+            RunState::Error => Some(Verdict::Error),
+            RunState::Cancelled | RunState::Interrupted => None,
+        };
         if message.is_some() {
             self.summary.message = message;
         }
@@ -270,11 +273,17 @@ impl RunRecord {
         }
     }
 
-    /// The verdict word published with `RunFinished`.
-    pub fn verdict(&self) -> Verdict {
-        self.summary
-            .verdict
-            .unwrap_or_else(|| Verdict::combine(self.stages.iter().map(|s| s.verdict)))
+    /// The verdict published with `RunFinished`: none for a run cancelled or
+    /// interrupted before it was judged.
+    pub fn verdict(&self) -> Option<Verdict> {
+        match self.state {
+            RunState::Cancelled | RunState::Interrupted => None,
+            _ => Some(
+                self.summary
+                    .verdict
+                    .unwrap_or_else(|| Verdict::combine(self.stages.iter().map(|s| s.verdict))),
+            ),
+        }
     }
 }
 

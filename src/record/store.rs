@@ -88,6 +88,9 @@ pub enum ReadError {
     InvalidId(String),
     #[error("no run with id {}", crate::echo::quoted(.0))]
     NotFound(String),
+    /// The run exists; the file does not (a run that never wrote one).
+    #[error("run {} has no {file}", crate::echo::quoted(.id))]
+    MissingFile { id: String, file: String },
     #[error("{what} of run {id} is {size} bytes, over the limit of {limit} bytes")]
     TooLarge {
         id: String,
@@ -411,6 +414,11 @@ impl Store {
         self.index().last_finished_brief().cloned()
     }
 
+    /// The newest finished result of each suite and each stage, from the index.
+    pub fn latest_results(&self) -> super::LatestResults {
+        super::LatestResults::collect(self.index().newest())
+    }
+
     /// The newest finished run in full, kept in memory.
     pub fn last_finished_record(&self) -> Option<Arc<RunRecord>> {
         self.index().last_finished_record()
@@ -494,9 +502,12 @@ impl Store {
         let limit = self.options.max_artifact_bytes;
         match read_bounded(&self.runs_dir.join(id).join(artifact.file_name()), limit) {
             Ok(b) => Ok(b),
-            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => Err(
-                ReadError::NotFound(format!("{id}/{}", artifact.file_name())),
-            ),
+            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+                Err(ReadError::MissingFile {
+                    id: id.to_string(),
+                    file: artifact.file_name().to_string(),
+                })
+            }
             Err(BoundedReadError::Io(e)) => Err(ReadError::Unreadable(format!(
                 "cannot read {} of run {id}: {e}",
                 artifact.file_name()
@@ -660,10 +671,13 @@ mod tests {
             store.read_artifact("r", Artifact::Mllog).unwrap(),
             b":::MLLOG {}\n"
         );
-        assert!(matches!(
+        assert_eq!(
             store.read_artifact("r", Artifact::Telemetry),
-            Err(ReadError::NotFound(_))
-        ));
+            Err(ReadError::MissingFile {
+                id: "r".into(),
+                file: "telemetry.csv".into()
+            })
+        );
         assert!(matches!(
             store.read_artifact("nope", Artifact::Mllog),
             Err(ReadError::NotFound(_))

@@ -166,7 +166,7 @@ mod tests {
         });
         assert_eq!(r.state, RunState::Passed);
         assert_eq!(r.stages.len(), 1);
-        assert_eq!(r.verdict(), Verdict::Pass);
+        assert_eq!(r.verdict(), Some(Verdict::Pass));
         assert!(r.finished_at.is_some());
     }
 }

@@ -3,6 +3,7 @@
 pub mod deadline;
 pub mod epoch_log;
 pub mod event;
+pub mod option_schema;
 pub mod options;
 
 use serde_json::{Map, Value};

@@ -296,7 +296,7 @@ pub fn takes_recipe(suite: &str) -> bool {
 fn is_recipe_key(key: &str) -> bool {
     crate::engine::recipe::OPTION_KEYS
         .iter()
-        .any(|(k, _)| *k == key)
+        .any(|o| o.key == key)
 }
 
 /// Checks every option against the suite's specs.
@@ -321,7 +321,7 @@ pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String>
             known.push(STAGE_TIMEOUT_S.key);
             known.extend(texts.iter().map(|s| s.key));
             if takes_recipe(suite) {
-                known.extend(crate::engine::recipe::OPTION_KEYS.iter().map(|(k, _)| *k));
+                known.extend(crate::engine::recipe::OPTION_KEYS.iter().map(|o| o.key));
             }
             return Err(format!(
                 "suite {suite} has no option {} (it takes: {})",

@@ -238,6 +238,7 @@ pub fn execute(
                 index as f64 / total as f64,
                 (index + 1) as f64 / total as f64,
             ),
+            progress_reached: index as f64 / total as f64,
             stage_name: stage.name(),
         };
         telemetry.begin_stage(stage.name());

@@ -29,6 +29,10 @@ pub struct StageContext<'a> {
     pub emit: &'a mut dyn FnMut(WorkerEvent),
     /// This stage's share of the run's progress: `[start, end)`.
     pub progress_span: (f64, f64),
+    /// The run's progress this stage has reported so far (the span's start at first).
+    /// A stage whose phases each count from 0 (preparing, then training) never moves
+    /// the run's progress back.
+    pub progress_reached: f64,
     pub stage_name: &'static str,
 }
 
@@ -37,10 +41,13 @@ impl StageContext<'_> {
         self.cancel.load(Ordering::Relaxed)
     }
 
-    /// Reports progress within the stage, 0..1.
+    /// Reports progress within the stage, 0..1, as the run's progress: never below what
+    /// the stage reported before.
     pub fn progress(&mut self, fraction: f64, message: Option<String>) {
         let (start, end) = self.progress_span;
-        let progress = start + (end - start) * fraction.clamp(0.0, 1.0);
+        let progress =
+            (start + (end - start) * fraction.clamp(0.0, 1.0)).max(self.progress_reached);
+        self.progress_reached = progress;
         (self.emit)(WorkerEvent::Progress {
             stage: self.stage_name.to_string(),
             progress,
@@ -92,5 +99,42 @@ impl StageReport {
             findings: self.findings,
             message,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stage_moves_the_runs_progress_only_forward_within_its_span() {
+        let cancel = AtomicBool::new(false);
+        let options = Map::new();
+        let mut seen = Vec::new();
+        let mut emit = |event: WorkerEvent| {
+            if let WorkerEvent::Progress { progress, .. } = event {
+                seen.push(progress);
+            }
+        };
+        let mut ctx = StageContext {
+            root: PathBuf::from("/"),
+            sku: None,
+            options: &options,
+            run_dir: None,
+            cache_dir: PathBuf::from("/nonexistent"),
+            cache_budget: 0,
+            hardware: None,
+            cancel: &cancel,
+            emit: &mut emit,
+            progress_span: (0.5, 0.75),
+            progress_reached: 0.5,
+            stage_name: "train",
+        };
+        // Preparing, then training from 0 again, as the smoke stage does.
+        for fraction in [0.0, 0.4, 0.0, 0.2, 0.6, 2.0] {
+            ctx.progress(fraction, None);
+        }
+        drop(ctx);
+        assert_eq!(seen, [0.5, 0.6, 0.6, 0.6, 0.65, 0.75]);
     }
 }

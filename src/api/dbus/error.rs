@@ -28,7 +28,9 @@ impl From<AgentError> for Agent1Error {
         let description = e.to_string();
         match e {
             AgentError::Busy(_) => Agent1Error::Busy(description),
-            AgentError::NotFound(_) => Agent1Error::NotFound(description),
+            AgentError::NotFound(_) | AgentError::MissingFile(_) => {
+                Agent1Error::NotFound(description)
+            }
             AgentError::InvalidArgs(_) => Agent1Error::InvalidArgs(description),
             AgentError::TooLarge(_) => Agent1Error::TooLarge(description),
             AgentError::NoSpace(_) => Agent1Error::NoSpace(description),

@@ -62,6 +62,12 @@ impl AgentInterface {
         Ok(self.handle.cancel(&run_id).await?)
     }
 
+    /// The agent's status as JSON: the same object as HTTP's `/api/v1/status` (state,
+    /// current run, suite, stage, progress, last run, unsaved runs, SKU, version, start).
+    async fn get_status(&self) -> Result<String, Agent1Error> {
+        to_json(&self.handle.status())
+    }
+
     /// One run's full record as JSON.
     async fn get_run(&self, run_id: String) -> Result<String, Agent1Error> {
         let record = self.handle.get_run(&run_id).await?;
@@ -101,7 +107,8 @@ impl AgentInterface {
         self.handle.status().current_stage.unwrap_or_default()
     }
 
-    /// Progress of the current stage, 0..1; 0 when idle.
+    /// Progress of the run in progress, 0..1, over all its stages; it never goes back
+    /// during a run, and is 0 when idle.
     #[zbus(property)]
     async fn progress(&self) -> f64 {
         self.handle.status().progress
@@ -153,7 +160,7 @@ impl AgentInterface {
     ) -> zbus::Result<()>;
 
     /// A run ended in `state` (`passed`, `failed`, `error`, `cancelled`) with an
-    /// overall verdict.
+    /// overall verdict; the verdict is empty for a cancelled run, which was not judged.
     #[zbus(signal)]
     pub async fn run_finished(
         emitter: &SignalEmitter<'_>,

@@ -22,6 +22,9 @@ pub trait Agent1 {
     /// Cancels the run in progress with this id.
     fn cancel(&self, run_id: &str) -> Result<(), Agent1Error>;
 
+    /// The agent's status as JSON, as HTTP's `/api/v1/status` gives it.
+    fn get_status(&self) -> Result<String, Agent1Error>;
+
     /// One run's record as JSON.
     fn get_run(&self, run_id: &str) -> Result<String, Agent1Error>;
 

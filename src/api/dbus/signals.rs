@@ -69,7 +69,9 @@ async fn emit(
                 ],
             )
             .await?;
-            AgentInterface::run_finished(emitter, run_id, state.as_str(), verdict.as_str()).await
+            // No verdict (a cancelled or interrupted run) is the empty string.
+            let verdict = verdict.map_or("", |v| v.as_str());
+            AgentInterface::run_finished(emitter, run_id, state.as_str(), verdict).await
         }
         AgentEvent::HardwareChanged { .. } => {
             announce(iface, &[Property::Hardware, Property::Sku]).await

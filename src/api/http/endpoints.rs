@@ -115,7 +115,7 @@ impl App {
             Endpoint::OpenApi => Ok(response::bytes(
                 StatusCode::OK,
                 response::JSON,
-                OPENAPI.as_bytes(),
+                openapi_document().as_bytes(),
             )),
             Endpoint::Metrics => self.metrics().await,
             Endpoint::Page => self.page().await,
@@ -198,12 +198,24 @@ impl App {
     async fn metrics(&self) -> Result<Response<Body>, ApiError> {
         let status = self.handle.status();
         let last_run = self.handle.last_finished_run();
-        let text = metrics::render(&metrics::Snapshot {
-            status: &status,
-            counters: &self.handle.counters(),
-            hardware: &self.handle.hardware(),
-            last_run: last_run.as_deref(),
-            runs_stored: self.handle.runs_stored(),
+        let latest = self.handle.latest_results();
+        let live_sample = self.handle.with_live(|live| live.latest_sample().cloned());
+        let process = metrics::process::read();
+        let counters = self.handle.counters();
+        let hostname = metrics::hostname();
+        let runs_stored = self.handle.runs_stored();
+        let text = self.handle.with_hardware(|hardware| {
+            metrics::render(&metrics::Snapshot {
+                status: &status,
+                counters: &counters,
+                hardware,
+                hostname: &hostname,
+                latest: &latest,
+                last_run: last_run.as_deref(),
+                live_sample: live_sample.as_ref(),
+                process: process.as_ref(),
+                runs_stored,
+            })
         });
         Ok(response::bytes(StatusCode::OK, response::PROMETHEUS, text))
     }
@@ -331,6 +343,17 @@ fn page_response(html: bytes::Bytes) -> Response<Body> {
     response
 }
 
+/// The API description with the run options' schema made from the agent's own option
+/// tables, built once.
+fn openapi_document() -> &'static str {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let mut doc: Value = serde_json::from_str(OPENAPI).expect("openapi.json is JSON");
+        doc["components"]["schemas"]["RunOptions"] = crate::suite::option_schema::schema();
+        doc.to_string()
+    })
+}
+
 /// Refuses a request whose head is over the limits with a JSON 431.
 fn check_head_size(request: &Request<Incoming>, limits: &Limits) -> Result<(), ApiError> {
     let headers = request.headers();
@@ -428,8 +451,11 @@ mod tests {
 
     #[test]
     fn openapi_document_lists_every_route() {
-        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        let doc: Value = serde_json::from_str(openapi_document()).unwrap();
         assert!(doc["openapi"].as_str().unwrap().starts_with("3.0"));
+        let options = &doc["components"]["schemas"]["RunOptions"]["properties"];
+        assert_eq!(options["dynamic_loss_scale"]["type"], "boolean");
+        assert_eq!(options["gemm_size"]["type"], "integer");
         let paths = doc["paths"].as_object().unwrap();
         for (template, methods) in super::super::router::ROUTES {
             let path = paths

@@ -127,7 +127,7 @@ impl From<AgentError> for ApiError {
     fn from(e: AgentError) -> ApiError {
         let status = match e {
             AgentError::Busy(_) => StatusCode::CONFLICT,
-            AgentError::NotFound(_) => StatusCode::NOT_FOUND,
+            AgentError::NotFound(_) | AgentError::MissingFile(_) => StatusCode::NOT_FOUND,
             AgentError::InvalidArgs(_) => StatusCode::BAD_REQUEST,
             AgentError::TooLarge(_) => StatusCode::INTERNAL_SERVER_ERROR,
             AgentError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,

@@ -119,7 +119,7 @@ mod tests {
         let event = AgentEvent::RunFinished {
             run_id: "r\n1".into(),
             state: RunState::Passed,
-            verdict: Verdict::Pass,
+            verdict: Some(Verdict::Pass),
         };
         let text = String::from_utf8(encode(event.name(), &event).to_vec()).unwrap();
         let lines: Vec<_> = text.split('\n').collect();

@@ -231,37 +231,19 @@ pub async fn status(args: &ClientArgs) -> anyhow::Result<i32> {
 
 async fn status_inner(args: &ClientArgs) -> Result<i32, Exit> {
     let client = Client::connect(args).await?;
-    let status = read_status(&client).await.map_err(|e| {
-        Exit::Failed(anyhow!(failure::explain(
-            &Agent1Error::ZBus(e),
-            &client.bus,
-            None,
-            None
-        )))
-    })?;
+    // GetStatus gives the object HTTP's /api/v1/status gives, so both read the same.
+    let json = match client.proxy.get_status().await {
+        Ok(json) => json,
+        Err(e) => return Err(client.fail(e, None).await),
+    };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&status).context("cannot encode the status")?
-        );
-    } else {
-        print!("{}", render::status(&status));
+        println!("{json}");
+        return Ok(EXIT_OK);
     }
+    let status: render::Status = serde_json::from_str(&json)
+        .with_context(|| format!("the agent sent a status that does not parse: {json}"))?;
+    print!("{}", render::status(&status));
     Ok(EXIT_OK)
-}
-
-async fn read_status(client: &Client) -> zbus::Result<render::Status> {
-    let p = &client.proxy;
-    let non_empty = |s: String| if s.is_empty() { None } else { Some(s) };
-    Ok(render::Status {
-        state: p.state().await?,
-        current_run: non_empty(p.current_run().await?),
-        current_stage: non_empty(p.current_stage().await?),
-        progress: p.progress().await?,
-        last_run: non_empty(p.last_run().await?).and_then(|s| serde_json::from_str(&s).ok()),
-        sku: p.sku().await?,
-        version: p.version().await?,
-    })
 }
 
 pub async fn runs(args: &RunsArgs) -> anyhow::Result<i32> {
@@ -274,12 +256,13 @@ async fn runs_inner(args: &RunsArgs) -> Result<i32, Exit> {
         Ok(json) => json,
         Err(e) => return Err(client.fail(e, None).await),
     };
-    if args.client.json {
-        println!("{json}");
-        return Ok(EXIT_OK);
-    }
     let records: Vec<RunBrief> = serde_json::from_str(&json)
         .with_context(|| format!("the agent sent a run list that does not parse: {json}"))?;
+    if args.client.json {
+        // The shape of HTTP's GET /api/v1/runs.
+        println!("{}", serde_json::json!({ "runs": records }));
+        return Ok(EXIT_OK);
+    }
     print!("{}", render::runs(&records));
     Ok(EXIT_OK)
 }

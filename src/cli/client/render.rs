@@ -5,8 +5,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use super::table::{fields, Table};
 use crate::record::{RunBrief, RunRecord, Verdict};
 
-/// What `tinyperf status` shows, read from the agent's properties.
-#[derive(Debug, Clone, serde::Serialize)]
+/// What `tinyperf status` shows, from the agent's `GetStatus`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Status {
     pub state: String,
     pub current_run: Option<String>,

@@ -1,0 +1,319 @@
+//! The newest finished result of every suite and every stage, from the store's briefs:
+//! verdicts as state sets, when each result was made (so a fleet can alert on stale
+//! ones), and the headline figures in base units.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::record::{Figure, LatestResults, RunRecord, RunState, Verdict};
+
+use super::exposition::{bool_value, Exposition, Kind};
+
+/// Outcomes a stage or a check can have.
+const OUTCOMES: [Verdict; 4] = [Verdict::Pass, Verdict::Fail, Verdict::Skip, Verdict::Error];
+
+/// A headline figure as a metric family: its name, help, and the factor to base units.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    scale: f64,
+}
+
+/// Every headline figure a brief can carry (`record::brief::HEADLINE_METRICS`), by the
+/// name the stage gives it.
+const FIGURES: &[(&str, Family)] = &[
+    (
+        "gflops_sustained",
+        Family {
+            name: "tinyperf_cpu_gemm_flop_per_second",
+            help: "Sustained CPU matrix-multiply throughput, floating-point operations per second.",
+            scale: 1e9,
+        },
+    ),
+    (
+        "min_pair_gbps",
+        Family {
+            name: "tinyperf_peer_bandwidth_slowest_pair_bytes_per_second",
+            help: "Peer-to-peer copy bandwidth of the slowest GPU pair.",
+            scale: 1e9,
+        },
+    ),
+    (
+        "busbw_gbps",
+        Family {
+            name: "tinyperf_allreduce_bus_bandwidth_bytes_per_second",
+            help: "All-reduce bus bandwidth across the box's GPUs.",
+            scale: 1e9,
+        },
+    ),
+    (
+        "img_per_s",
+        Family {
+            name: "tinyperf_train_images_per_second",
+            help: "Training throughput in images per second.",
+            scale: 1.0,
+        },
+    ),
+    (
+        "estimated_time_to_train_min",
+        Family {
+            name: "tinyperf_train_estimated_time_to_train_seconds",
+            help: "Time to train ResNet-50 to the MLPerf target, estimated from the measured throughput.",
+            scale: 60.0,
+        },
+    ),
+    (
+        "time_to_target_s",
+        Family {
+            name: "tinyperf_train_time_to_target_seconds",
+            help: "Time the training took to reach its target accuracy.",
+            scale: 1.0,
+        },
+    ),
+    (
+        "final_accuracy",
+        Family {
+            name: "tinyperf_train_final_accuracy_ratio",
+            help: "Evaluation accuracy at the end of training, 0 to 1.",
+            scale: 1.0,
+        },
+    ),
+    (
+        "energy_kwh",
+        Family {
+            name: "tinyperf_stage_energy_joules",
+            help: "Energy the GPUs used over the stage.",
+            scale: 3.6e6,
+        },
+    ),
+];
+
+/// Per-GPU matrix-multiply figures are named `gpu<index>_<precision>_tflops`. The index is
+/// the GPU runtime's device order, which need not be the inventory's PCI order, and the
+/// brief keeps no address: so these carry `gpu` and no `pci_address`, rather than a guess.
+const GPU_GEMM: Family = Family {
+    name: "tinyperf_gpu_gemm_flop_per_second",
+    help: "Matrix-multiply throughput of one GPU, floating-point operations per second, \
+           by precision; gpu is the GPU runtime's device index.",
+    scale: 1e12,
+};
+
+pub fn render(out: &mut Exposition, latest: &LatestResults) {
+    suites(out, latest);
+    stages(out, latest);
+    figures(out, latest);
+}
+
+fn suites(out: &mut Exposition, latest: &LatestResults) {
+    if latest.suites.is_empty() {
+        return;
+    }
+    out.family(
+        "tinyperf_suite_state",
+        Kind::Gauge,
+        "1 for the final state of each suite's newest finished run, 0 for the other states.",
+    );
+    for suite in &latest.suites {
+        for state in RunState::ALL.iter().filter(|s| s.is_final()) {
+            out.sample(
+                "tinyperf_suite_state",
+                &[("suite", &suite.suite), ("state", state.as_str())],
+                bool_value(suite.state == *state),
+            );
+        }
+    }
+    for suite in &latest.suites {
+        if let Some(at) = suite.finished_at {
+            out.family(
+                "tinyperf_suite_result_timestamp_seconds",
+                Kind::Gauge,
+                "When each suite's newest finished run ended, in Unix seconds.",
+            );
+            out.sample(
+                "tinyperf_suite_result_timestamp_seconds",
+                &[("suite", &suite.suite)],
+                unix_seconds(at),
+            );
+        }
+    }
+    for suite in &latest.suites {
+        if let Some(duration) = suite.duration_s {
+            out.family(
+                "tinyperf_suite_duration_seconds",
+                Kind::Gauge,
+                "How long each suite's newest finished run took.",
+            );
+            out.sample(
+                "tinyperf_suite_duration_seconds",
+                &[("suite", &suite.suite)],
+                duration,
+            );
+        }
+    }
+}
+
+fn stages(out: &mut Exposition, latest: &LatestResults) {
+    if latest.stages.is_empty() {
+        return;
+    }
+    out.family(
+        "tinyperf_stage_verdict",
+        Kind::Gauge,
+        "1 for the verdict of each stage in its suite's newest finished run that had it, 0 for the others.",
+    );
+    for stage in &latest.stages {
+        for verdict in OUTCOMES {
+            out.sample(
+                "tinyperf_stage_verdict",
+                &[
+                    ("suite", &stage.suite),
+                    ("stage", &stage.stage),
+                    ("verdict", verdict.as_str()),
+                ],
+                bool_value(stage.verdict == verdict),
+            );
+        }
+    }
+    for stage in &latest.stages {
+        if let Some(at) = stage.finished_at {
+            out.family(
+                "tinyperf_stage_result_timestamp_seconds",
+                Kind::Gauge,
+                "When the run that gave each stage's newest result ended, in Unix seconds.",
+            );
+            out.sample(
+                "tinyperf_stage_result_timestamp_seconds",
+                &[("suite", &stage.suite), ("stage", &stage.stage)],
+                unix_seconds(at),
+            );
+        }
+    }
+}
+
+/// Families are written one after another (Prometheus wants a family's samples together),
+/// so the figures are walked once per family.
+fn figures(out: &mut Exposition, latest: &LatestResults) {
+    for (figure_name, family) in FIGURES {
+        for stage in &latest.stages {
+            for figure in stage.figures.iter().filter(|f| f.name == *figure_name) {
+                out.family(family.name, Kind::Gauge, family.help);
+                out.sample(
+                    family.name,
+                    &[("suite", &stage.suite), ("stage", &stage.stage)],
+                    figure.value * family.scale,
+                );
+            }
+        }
+    }
+    for stage in &latest.stages {
+        for (figure, gpu, precision) in stage.figures.iter().filter_map(gpu_gemm) {
+            out.family(GPU_GEMM.name, Kind::Gauge, GPU_GEMM.help);
+            out.sample(
+                GPU_GEMM.name,
+                &[
+                    ("suite", &stage.suite),
+                    ("stage", &stage.stage),
+                    ("gpu", &gpu.to_string()),
+                    ("precision", precision),
+                ],
+                figure.value * GPU_GEMM.scale,
+            );
+        }
+    }
+}
+
+/// `gpu3_fp16_tflops` → (figure, 3, "fp16").
+fn gpu_gemm(figure: &Figure) -> Option<(&Figure, usize, &str)> {
+    let rest = figure.name.strip_prefix("gpu")?.strip_suffix("_tflops")?;
+    let (index, precision) = rest.split_once('_')?;
+    Some((figure, index.parse().ok()?, precision))
+}
+
+/// Each check about one GPU in the newest finished run (the health suite's, the
+/// acceptance GPU stages'), as a set of states. Only the newest finished run is kept in
+/// full in memory, so these belong to that run alone.
+pub fn gpu_checks(out: &mut Exposition, run: &RunRecord, hardware: &Value) {
+    for stage in &run.stages {
+        for check in &stage.checks {
+            let Some(address) = check.subject.as_deref() else {
+                continue;
+            };
+            out.family(
+                "tinyperf_gpu_check_outcome",
+                Kind::Gauge,
+                "1 for the outcome each check about one GPU had in the newest finished run, \
+                 0 for the others.",
+            );
+            let gpu = gpu_index(hardware, address)
+                .map(|i| i.to_string())
+                .unwrap_or_default();
+            for outcome in OUTCOMES {
+                out.sample(
+                    "tinyperf_gpu_check_outcome",
+                    &[
+                        ("suite", run.suite.as_str()),
+                        ("stage", stage.name.as_str()),
+                        ("check", check.name.as_str()),
+                        ("gpu", &gpu),
+                        ("pci_address", address),
+                        ("outcome", outcome.as_str()),
+                    ],
+                    bool_value(check.verdict == outcome),
+                );
+            }
+        }
+    }
+}
+
+/// The inventory index of the GPU at `address`.
+pub fn gpu_index(hardware: &Value, address: &str) -> Option<usize> {
+    hardware
+        .get("gpus")?
+        .as_array()?
+        .iter()
+        .position(|g| g.get("address").and_then(Value::as_str) == Some(address))
+}
+
+fn unix_seconds(at: DateTime<Utc>) -> f64 {
+    at.timestamp_millis() as f64 / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_headline_figure_has_a_family_in_base_units() {
+        for name in crate::record::brief::HEADLINE_METRICS {
+            assert!(
+                FIGURES.iter().any(|(figure, _)| figure == name),
+                "{name} has no metric family"
+            );
+        }
+        for (_, family) in FIGURES {
+            assert!(family.name.starts_with("tinyperf_"));
+            for unit in [
+                "_kwh", "_min", "_gbps", "gflops", "tflops", "percent", "milli",
+            ] {
+                assert!(!family.name.contains(unit), "{} names {unit}", family.name);
+            }
+        }
+    }
+
+    #[test]
+    fn per_gpu_gemm_figures_give_index_and_precision() {
+        let figure = Figure {
+            stage: "gpu-gemm".into(),
+            name: "gpu3_fp16_tflops".into(),
+            value: 160.0,
+            unit: "TFLOP/s".into(),
+        };
+        let (_, gpu, precision) = gpu_gemm(&figure).unwrap();
+        assert_eq!((gpu, precision), (3, "fp16"));
+        let other = Figure {
+            name: "img_per_s".into(),
+            ..figure
+        };
+        assert!(gpu_gemm(&other).is_none());
+    }
+}
