@@ -572,13 +572,27 @@ fn prometheus_scraping_four_agents_alerts_on_exactly_the_slow_box() {
         let (status, body) = http_get(web, path).ok()?;
         (status == 200).then(|| serde_json::from_slice(&body).unwrap())
     };
-    let median = wait_for(Duration::from_secs(60), "the SKU median", || {
-        let answer = api("/api/v1/query?query=sku:tinyperf_train_images_per_second:median")?;
-        let value = answer["data"]["result"].get(0)?["value"][1]
+    let first_value = |query: &str| -> Option<f64> {
+        let answer = api(&format!("/api/v1/query?query={query}"))?;
+        answer["data"]["result"].get(0)?["value"][1]
             .as_str()?
-            .to_string();
-        Some(value)
-    });
+            .parse()
+            .ok()
+    };
+    // The median is only the fleet's once every box has been scraped and the rules have
+    // evaluated over all four.
+    let median = wait_for(
+        Duration::from_secs(60),
+        "the SKU median over four boxes",
+        || {
+            let boxes = first_value("sku:tinyperf_train_images_per_second:boxes")?;
+            if boxes != 4.0 {
+                return None;
+            }
+            // Read after the count, so from the same evaluation or a later one.
+            first_value("sku:tinyperf_train_images_per_second:median").map(|m| m.to_string())
+        },
+    );
     assert_eq!(median.parse::<f64>().unwrap(), 6275.0);
     let alerts = wait_for(Duration::from_secs(60), "the slow box's alert", || {
         let answer = api("/api/v1/alerts")?;
