@@ -3,6 +3,8 @@
 //! every bad input a run can meet (missing dataset, no val split, broken JPEGs,
 //! out-of-range hyperparameters, cancel during training).
 
+mod common;
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -457,15 +459,9 @@ fn a_dataset_of_another_shape_trains_to_the_default_target_without_schedule_opti
 
 /// An amdgpu in a sysfs-shaped tree, the way the kernel lays it out, drawing `watts`.
 fn amd_gpu_drawing(root: &Path, address: &str, watts: u32) {
-    let device = root
-        .join("sys/devices/pci0000:00/0000:00:01.1")
-        .join(address);
-    let hwmon = device.join("hwmon/hwmon3");
-    fs::create_dir_all(&hwmon).unwrap();
-    fs::write(device.join("vendor"), "0x1002\n").unwrap();
-    fs::write(device.join("class"), "0x030000\n").unwrap();
+    let hwmon = common::amdgpu_sysfs(root, address, "hwmon3");
+    let device = hwmon.parent().unwrap().parent().unwrap();
     fs::write(device.join("gpu_busy_percent"), "93\n").unwrap();
-    fs::write(hwmon.join("name"), "amdgpu\n").unwrap();
     fs::write(
         hwmon.join("power1_average"),
         format!("{}\n", watts * 1_000_000),
@@ -473,9 +469,6 @@ fn amd_gpu_drawing(root: &Path, address: &str, watts: u32) {
     .unwrap();
     fs::write(hwmon.join("temp1_label"), "edge\n").unwrap();
     fs::write(hwmon.join("temp1_input"), "61000\n").unwrap();
-    let bus = root.join("sys/bus/pci/devices");
-    fs::create_dir_all(&bus).unwrap();
-    std::os::unix::fs::symlink(&device, bus.join(address)).unwrap();
 }
 
 #[test]

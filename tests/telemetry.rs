@@ -3,6 +3,9 @@
 //! findings, the background recorder, and `tinyperf run` recording telemetry and
 //! energy for a run.
 
+mod common;
+
+use common::amdgpu_sysfs as amd_gpu;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,23 +27,6 @@ fn fixture(name: &str) -> PathBuf {
 fn write(path: &Path, content: &str) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(path, content).unwrap();
-}
-
-/// A sysfs tree with one AMD GPU at `address`; returns its hwmon directory. The
-/// caller writes the sensor files it wants.
-fn amd_gpu(root: &Path, address: &str, hwmon: &str) -> PathBuf {
-    let device = root
-        .join("sys/devices/pci0000:00/0000:00:01.1")
-        .join(address);
-    write(&device.join("vendor"), "0x1002\n");
-    write(&device.join("class"), "0x030000\n");
-    write(&device.join("gpu_busy_percent"), "87\n");
-    let hwmon_dir = device.join("hwmon").join(hwmon);
-    write(&hwmon_dir.join("name"), "amdgpu\n");
-    let bus = root.join("sys/bus/pci/devices");
-    fs::create_dir_all(&bus).unwrap();
-    std::os::unix::fs::symlink(&device, bus.join(address)).unwrap();
-    hwmon_dir
 }
 
 fn hwmon_chip(root: &Path, hwmon: &str, name: &str, temps: &[(&str, u32)]) -> PathBuf {

@@ -313,3 +313,22 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// An amdgpu in a sysfs-shaped tree under `root`, laid out as the kernel does (its PCI
+/// device under a root port, linked from `sys/bus/pci/devices`, 87 % busy): returns its
+/// `hwmon` folder, where a test writes the sensors it needs.
+pub fn amdgpu_sysfs(root: &Path, address: &str, hwmon: &str) -> PathBuf {
+    let device = root
+        .join("sys/devices/pci0000:00/0000:00:01.1")
+        .join(address);
+    let hwmon_dir = device.join("hwmon").join(hwmon);
+    std::fs::create_dir_all(&hwmon_dir).unwrap();
+    std::fs::write(device.join("vendor"), "0x1002\n").unwrap();
+    std::fs::write(device.join("class"), "0x030000\n").unwrap();
+    std::fs::write(device.join("gpu_busy_percent"), "87\n").unwrap();
+    std::fs::write(hwmon_dir.join("name"), "amdgpu\n").unwrap();
+    let bus = root.join("sys/bus/pci/devices");
+    std::fs::create_dir_all(&bus).unwrap();
+    std::os::unix::fs::symlink(&device, bus.join(address)).unwrap();
+    hwmon_dir
+}
