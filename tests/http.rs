@@ -97,7 +97,16 @@ fn seed_run(state_dir: &Path) {
     std::fs::write(dir.join("run.json"), serde_json::to_vec(&record).unwrap()).unwrap();
     std::fs::write(dir.join("mllog.txt"), ":::MLLOG {\"key\": \"run_start\"}\n").unwrap();
     std::fs::write(dir.join("telemetry.csv"), "t_s,gpu,power_w\n0.0,0,350\n").unwrap();
+    std::fs::write(dir.join("train.jsonl"), SEEDED_TRAIN).unwrap();
 }
+
+/// The seeded run's `train.jsonl`: two epochs, the second evaluated.
+const SEEDED_TRAIN: &str = concat!(
+    r#"{"stage":"train","kind":"epoch","epoch":1,"planned_epochs":2,"global_step":10,"planned_steps":20,"loss":6.1,"accuracy":0.01,"images_per_s":120.5,"lr":0.1,"elapsed_s":8.0}"#,
+    "\n",
+    r#"{"stage":"train","kind":"epoch","epoch":2,"planned_epochs":2,"global_step":20,"planned_steps":20,"loss":5.2,"accuracy":0.04,"images_per_s":121.0,"lr":0.05,"eval_accuracy":0.03,"elapsed_s":16.5}"#,
+    "\n",
+);
 
 struct Reply {
     status: u16,
@@ -301,6 +310,17 @@ async fn every_get_endpoint_answers() {
         .starts_with("text/csv"));
     assert_eq!(telemetry.text().lines().next(), Some("t_s,gpu,power_w"));
 
+    let train = get(addr, &format!("/api/v1/runs/{SEEDED_RUN}/train")).await;
+    assert_eq!(train.status, 200);
+    assert_eq!(train.header("content-type"), Some("application/x-ndjson"));
+    let epochs: Vec<serde_json::Value> = train
+        .text()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(epochs.len(), 2);
+    assert_eq!(epochs[1]["eval_accuracy"], 0.03);
+
     let openapi = get(addr, "/api/v1/openapi.json").await;
     assert_eq!(openapi.status, 200);
     let doc = openapi.json();
@@ -346,6 +366,20 @@ async fn a_run_without_an_mllog_is_told_apart_from_no_run() {
     assert_eq!(
         missing.json()["error"]["message"],
         format!("run \"{SEEDED_RUN}\" has no mllog.txt")
+    );
+    std::fs::remove_file(
+        server
+            .state_dir
+            .join("runs")
+            .join(SEEDED_RUN)
+            .join("train.jsonl"),
+    )
+    .unwrap();
+    let untrained = get(server.addr, &format!("/api/v1/runs/{SEEDED_RUN}/train")).await;
+    untrained.assert_error(404, "not_found");
+    assert_eq!(
+        untrained.json()["error"]["message"],
+        format!("run \"{SEEDED_RUN}\" has no train.jsonl")
     );
     let absent = get(server.addr, "/api/v1/runs/20260101-000000-bbbbbb/mllog").await;
     absent.assert_error(404, "not_found");

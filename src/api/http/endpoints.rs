@@ -110,6 +110,10 @@ impl App {
                 let bytes = self.artifact(id, Artifact::Telemetry).await?;
                 Ok(response::bytes(StatusCode::OK, response::CSV, bytes))
             }
+            Endpoint::RunTrain(id) => {
+                let bytes = self.artifact(id, Artifact::TrainFigures).await?;
+                Ok(response::bytes(StatusCode::OK, response::NDJSON, bytes))
+            }
             Endpoint::RunCancel(id) => self.cancel_run(request, id).await,
             Endpoint::Events => self.events(),
             Endpoint::OpenApi => Ok(response::bytes(

@@ -18,6 +18,8 @@ pub const JSON: &str = "application/json";
 pub const TEXT: &str = "text/plain; charset=utf-8";
 pub const HTML: &str = "text/html; charset=utf-8";
 pub const CSV: &str = "text/csv; charset=utf-8";
+/// One JSON document per line.
+pub const NDJSON: &str = "application/x-ndjson";
 pub const EVENT_STREAM: &str = "text/event-stream";
 pub const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 

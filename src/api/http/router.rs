@@ -23,6 +23,7 @@ pub enum Endpoint {
     Run(String),
     RunMllog(String),
     RunTelemetry(String),
+    RunTrain(String),
     RunCancel(String),
     Events,
     OpenApi,
@@ -44,6 +45,7 @@ pub const ROUTES: &[(&str, &[Method])] = &[
     ("/api/v1/runs/{id}", GET),
     ("/api/v1/runs/{id}/mllog", GET),
     ("/api/v1/runs/{id}/telemetry", GET),
+    ("/api/v1/runs/{id}/train", GET),
     ("/api/v1/runs/{id}/cancel", POST),
     ("/api/v1/events", GET),
     ("/api/v1/openapi.json", GET),
@@ -99,6 +101,7 @@ impl Endpoint {
             None => Endpoint::Run,
             Some("mllog") => Endpoint::RunMllog,
             Some("telemetry") => Endpoint::RunTelemetry,
+            Some("train") => Endpoint::RunTrain,
             Some("cancel") => Endpoint::RunCancel,
             Some(_) => return Err(no_route(path)),
         };
@@ -191,6 +194,10 @@ mod tests {
         assert_eq!(
             Endpoint::from_path(&format!("/api/v1/runs/{id}/telemetry")).unwrap(),
             Endpoint::RunTelemetry(id.into())
+        );
+        assert_eq!(
+            Endpoint::from_path(&format!("/api/v1/runs/{id}/train")).unwrap(),
+            Endpoint::RunTrain(id.into())
         );
         assert_eq!(
             Endpoint::from_path(&format!("/api/v1/runs/{id}/cancel")).unwrap(),
