@@ -1,7 +1,8 @@
 //! An external benchmark under the agent: configured in the agent's config by name,
 //! started over HTTP, its MLLOG's epochs and evaluations arriving as live progress on the
 //! event stream, its score in the run record; cancel over HTTP stopping it and the
-//! processes it started; and a command the config does not name refused.
+//! processes it started; a worker killed outright taking the benchmark's processes with
+//! it; and a command the config does not name refused.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -240,6 +241,75 @@ async fn cancel_over_http_stops_the_benchmark_and_its_children() {
     assert!(
         !alive(child),
         "the benchmark's child {child} outlived the cancel"
+    );
+}
+
+/// The parent of `pid`, from `/proc/<pid>/stat`.
+fn parent(pid: u32) -> u32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat.rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Waits for the benchmark's `sleep` to write its pid into `pid_file`.
+async fn wait_pid(pid_file: &Path) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Ok(pid)) = std::fs::read_to_string(pid_file).map(|t| t.trim().parse()) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "the benchmark never started");
+        sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_outright_takes_the_benchmarks_processes_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("child.pid");
+    let line = format!("sleep 300 & echo $! > '{}'; wait", pid_file.display());
+    let addr = start(dir.path(), &[("sleeper", json!({"command": line}))]).await;
+    let body = json!({"suite": "external", "options": {"benchmark": "sleeper"}}).to_string();
+    let (status, started) = post(addr, "/api/v1/runs", &body).await;
+    assert_eq!(status, 202, "{started}");
+    let id = started["id"].as_str().unwrap().to_string();
+    let child = wait_pid(&pid_file).await;
+    // sleep's parent is the benchmark's shell, in a process group of its own; the
+    // shell's parent is the worker. SIGKILL gives the worker no chance to stop it.
+    let shell = parent(child);
+    let worker = parent(shell);
+    assert!(
+        std::fs::read_to_string(format!("/proc/{worker}/cmdline"))
+            .unwrap()
+            .contains("--events"),
+        "{worker} is not the worker"
+    );
+    assert_ne!(
+        nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(child as i32))).unwrap(),
+        nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(worker as i32))).unwrap(),
+        "the benchmark shares the worker's group, so this checks nothing"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let record = wait_finished(addr, &id).await;
+    assert_ne!(record["state"], "passed", "{record:#}");
+    let gone = Instant::now() + Duration::from_secs(15);
+    while (alive(child) || alive(shell)) && Instant::now() < gone {
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!alive(shell), "the benchmark {shell} outlived its worker");
+    assert!(
+        !alive(child),
+        "the benchmark's child {child} outlived its worker"
     );
 }
 

@@ -7,6 +7,7 @@ pub mod front_display;
 pub mod handle;
 pub mod live;
 pub mod notify;
+pub mod session;
 pub mod state;
 pub mod supervisor;
 pub mod watchdog;

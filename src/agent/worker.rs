@@ -1,5 +1,6 @@
 //! The worker subprocess: `tinyperf run --events jsonl …`, its events read line by line,
-//! cancelled with SIGTERM and then SIGKILL after a grace period.
+//! cancelled with SIGTERM and then SIGKILL after a grace period; whatever it leaves
+//! running in its session is killed when it ends.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -67,11 +68,13 @@ pub fn spawn(
         .args(&spec.args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        .process_group(0);
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        .stderr(Stdio::from(log));
+    // SAFETY: setsid and prctl are async-signal-safe and touch no memory of the parent.
     unsafe {
         command.pre_exec(|| {
+            // A session of its own (and so a process group whose id is its pid): what
+            // it starts in groups of their own can still be found once it is gone.
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
             // The worker must not outlive an agent killed with SIGKILL.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
         });
@@ -107,8 +110,18 @@ pub fn spawn(
                 status = child.wait(), if lines.is_none() => break status,
             }
         };
-        // Anything left in the worker's process group goes with it.
+        // Anything left in the worker's process group, or in another group of its
+        // session (an external benchmark's), goes with it.
         signal(pid, Signal::SIGKILL);
+        if let Some(pid) = pid {
+            let session = pid.as_raw();
+            let left = tokio::task::spawn_blocking(move || super::session::kill_session(session))
+                .await
+                .unwrap_or(0);
+            if left > 0 {
+                warn!(run = %run_id, processes = left, "killed what the worker left running");
+            }
+        }
         let (outcome, success) = match status {
             Ok(s) => (describe(s), s.success()),
             Err(e) => (format!("cannot wait for the worker: {e}"), false),
