@@ -25,6 +25,9 @@ duration=${DURATION:-10s}
 rss_duration=${RSS_DURATION:-60s}
 rounds=${ROUNDS:-2}
 base_rev=${BASE:-cf9fb8d}
+# What the base is: the commit built here, or a binary given by path (whose commit
+# this script cannot know).
+if [ -n "$base_bin" ]; then base_label="given binary"; else base_label=$base_rev; fi
 memory_limit_mb=${MEMORY_LIMIT_MB:-8192}
 
 for tool in wrk dbus-daemon busctl python3 git curl; do
@@ -87,7 +90,7 @@ EOF
 newest_run=$(ls "$work/history/runs" | sort | tail -1)
 size=$(du -sh "$work/history/runs" | cut -f1)
 echo "bench-agent: $runs records of $(stat -c %s "$template") bytes each ($size), $(nproc) CPUs," \
-  "$connections clients; new $new_bin, base $base_bin ($base_rev)"
+  "$connections clients; new $new_bin, base $base_bin ($base_label)"
 
 # The live phase's run: an external benchmark that only sleeps, so the run stays in progress
 # and the worker samples the fixture tree's GPUs all along.
