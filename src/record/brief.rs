@@ -38,6 +38,9 @@ pub struct Figure {
     pub name: String,
     pub value: f64,
     pub unit: String,
+    /// The device it is about (a PCI address), for a per-device figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 /// A run in brief.
@@ -111,6 +114,7 @@ impl RunBrief {
                         name: metric.name.clone(),
                         value: metric.value,
                         unit: metric.unit.clone(),
+                        subject: metric.subject.clone(),
                     });
                 }
             }
@@ -189,5 +193,39 @@ mod tests {
         assert_eq!(brief.figures.len(), 1);
         assert_eq!(brief.figures[0].name, "gflops_sustained");
         assert!(brief.message.unwrap().chars().count() <= MAX_MESSAGE_CHARS + 1);
+    }
+
+    #[test]
+    fn a_per_gpu_figure_keeps_its_gpus_address_through_the_brief_and_json() {
+        let mut r = RunRecord::new(
+            "r".into(),
+            "acceptance".into(),
+            Trigger::Cli,
+            Default::default(),
+        );
+        r.stages.push(StageResult {
+            name: "gpu-gemm".into(),
+            verdict: Verdict::Pass,
+            started_at: r.started_at,
+            finished_at: r.started_at,
+            metrics: vec![
+                Metric::new("gpu0_fp16_tflops", 160.0, "TFLOP/s")
+                    .about(Some("0000:41:00.0".into())),
+                Metric::new("gpu1_fp16_tflops", 161.0, "TFLOP/s"),
+            ],
+            checks: vec![],
+            findings: vec![],
+            message: None,
+        });
+        r.finish(RunState::Passed, None);
+        let brief = RunBrief::from(&r);
+        let subjects: Vec<_> = brief.figures.iter().map(|f| f.subject.as_deref()).collect();
+        assert_eq!(subjects, [Some("0000:41:00.0"), None]);
+        let json = serde_json::to_value(&brief).unwrap();
+        assert_eq!(json["figures"][0]["subject"], "0000:41:00.0");
+        // No address, no key: records and briefs written before read and write the same.
+        assert!(json["figures"][1].get("subject").is_none());
+        let back: RunBrief = serde_json::from_value(json).unwrap();
+        assert_eq!(back, brief);
     }
 }

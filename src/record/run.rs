@@ -131,6 +131,10 @@ pub struct Metric {
     pub name: String,
     pub value: f64,
     pub unit: String,
+    /// The device the figure is about (a PCI address), for a per-device figure whose
+    /// name carries the runtime's device index, which need not be PCI order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
 }
 
 impl Metric {
@@ -139,7 +143,13 @@ impl Metric {
             name: name.into(),
             value,
             unit: unit.into(),
+            subject: None,
         }
+    }
+
+    /// The figure as one about the device at `subject`.
+    pub fn about(self, subject: Option<String>) -> Self {
+        Metric { subject, ..self }
     }
 }
 

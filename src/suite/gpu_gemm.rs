@@ -85,7 +85,12 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                     continue;
                 }
             };
-            report.metric(&format!("gpu{i}_{label}_tflops"), tflops, "TFLOP/s");
+            report.device_metric(
+                &format!("gpu{i}_{label}_tflops"),
+                tflops,
+                "TFLOP/s",
+                address.as_deref(),
+            );
             summary.push(format!("GPU {i} {label} {tflops:.1}"));
             let Some(peak) = peak else {
                 continue;

@@ -81,6 +81,12 @@ impl StageReport {
         self.metrics.push(Metric::new(name, value, unit));
     }
 
+    /// A figure about one device, the PCI address `subject` when it is known.
+    pub fn device_metric(&mut self, name: &str, value: f64, unit: &str, subject: Option<&str>) {
+        self.metrics
+            .push(Metric::new(name, value, unit).about(subject.map(str::to_string)));
+    }
+
     /// Closes the stage with the verdict its checks earn (`Skip` with no checks).
     pub fn finish(self, message: Option<String>) -> StageResult {
         let verdict = Verdict::combine(self.checks.iter().map(|c| c.verdict));

@@ -1008,6 +1008,7 @@ mod tests {
             name: "img_per_s".into(),
             value: 5000.0,
             unit: "img/s".into(),
+            subject: None,
         }];
         let mut older = run.clone();
         older.id = "a0".into();

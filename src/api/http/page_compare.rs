@@ -187,6 +187,7 @@ mod tests {
                     name: name.to_string(),
                     value: *value,
                     unit: String::new(),
+                    subject: None,
                 })
                 .collect(),
             findings: Vec::new(),

@@ -44,7 +44,7 @@ pub fn render(s: &Snapshot<'_>) -> String {
     let mut out = Exposition::default();
     agent(&mut out, s);
     inventory::render(&mut out, s.hardware);
-    results::render(&mut out, s.latest);
+    results::render(&mut out, s.latest, s.hardware);
     if let Some(run) = s.last_run {
         results::gpu_checks(&mut out, run, s.hardware);
     }
@@ -194,7 +194,11 @@ mod tests {
             "acceptance",
             "gpu-gemm",
             vec![
-                Metric::new("gpu1_fp16_tflops", 165.5, "TFLOP/s"),
+                // The runtime's device 0 is the inventory's GPU 1.
+                Metric::new("gpu0_fp16_tflops", 165.5, "TFLOP/s")
+                    .about(Some("0000:41:00.0".into())),
+                // As a record from before figures carried their GPU's address.
+                Metric::new("gpu1_f32_tflops", 80.0, "TFLOP/s"),
                 Metric::new("energy_kwh", 0.5, "kWh"),
             ],
             vec![Check {
@@ -295,7 +299,8 @@ mod tests {
             "tinyperf_stage_verdict{suite=\"acceptance\",stage=\"gpu-gemm\",verdict=\"pass\"} 1",
             "tinyperf_train_images_per_second{suite=\"smoke\",stage=\"train\"} 812",
             "tinyperf_stage_energy_joules{suite=\"acceptance\",stage=\"gpu-gemm\"} 1800000",
-            "tinyperf_gpu_gemm_flop_per_second{suite=\"acceptance\",stage=\"gpu-gemm\",gpu=\"1\",precision=\"fp16\"} 165500000000000",
+            "tinyperf_gpu_gemm_flop_per_second{suite=\"acceptance\",stage=\"gpu-gemm\",gpu=\"1\",pci_address=\"0000:41:00.0\",precision=\"fp16\"} 165500000000000",
+            "tinyperf_gpu_gemm_flop_per_second{suite=\"acceptance\",stage=\"gpu-gemm\",gpu=\"1\",pci_address=\"\",precision=\"f32\"} 80000000000000",
             "tinyperf_gpu_power_watts{gpu=\"0\",pci_address=\"0000:01:00.0\"} 350",
             "tinyperf_gpu_temperature_celsius{gpu=\"0\",pci_address=\"0000:01:00.0\",sensor=\"edge\"} 71",
             "tinyperf_gpu_temperature_limit_celsius{gpu=\"0\",pci_address=\"0000:01:00.0\",sensor=\"edge\"} 100",

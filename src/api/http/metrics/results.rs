@@ -88,20 +88,23 @@ const FIGURES: &[(&str, Family)] = &[
     ),
 ];
 
-/// Per-GPU matrix-multiply figures are named `gpu<index>_<precision>_tflops`. The index is
-/// the GPU runtime's device order, which need not be the inventory's PCI order, and the
-/// brief keeps no address: so these carry `gpu` and no `pci_address`, rather than a guess.
+/// Per-GPU matrix-multiply figures are named `gpu<index>_<precision>_tflops` by the
+/// GPU runtime's device order, which need not be the inventory's PCI order; each carries
+/// the PCI address of its GPU, which gives `pci_address` and the inventory's `gpu` index,
+/// as every other per-GPU family has them. A figure recorded without an address keeps
+/// the runtime's index and an empty `pci_address`.
 const GPU_GEMM: Family = Family {
     name: "tinyperf_gpu_gemm_flop_per_second",
     help: "Matrix-multiply throughput of one GPU, floating-point operations per second, \
-           by precision; gpu is the GPU runtime's device index.",
+           by precision.",
     scale: 1e12,
 };
 
-pub fn render(out: &mut Exposition, latest: &LatestResults) {
+/// `hardware` is the inventory, for each per-GPU figure's index.
+pub fn render(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
     suites(out, latest);
     stages(out, latest);
-    figures(out, latest);
+    figures(out, latest, hardware);
 }
 
 fn suites(out: &mut Exposition, latest: &LatestResults) {
@@ -192,7 +195,7 @@ fn stages(out: &mut Exposition, latest: &LatestResults) {
 
 /// Families are written one after another (Prometheus wants a family's samples together),
 /// so the figures are walked once per family.
-fn figures(out: &mut Exposition, latest: &LatestResults) {
+fn figures(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
     for (figure_name, family) in FIGURES {
         for stage in &latest.stages {
             for figure in stage.figures.iter().filter(|f| f.name == *figure_name) {
@@ -206,7 +209,9 @@ fn figures(out: &mut Exposition, latest: &LatestResults) {
         }
     }
     for stage in &latest.stages {
-        for (figure, gpu, precision) in stage.figures.iter().filter_map(gpu_gemm) {
+        for (figure, runtime_index, precision) in stage.figures.iter().filter_map(gpu_gemm) {
+            let address = figure.subject.as_deref().unwrap_or("");
+            let gpu = gpu_index(hardware, address).unwrap_or(runtime_index);
             out.family(GPU_GEMM.name, Kind::Gauge, GPU_GEMM.help);
             out.sample(
                 GPU_GEMM.name,
@@ -214,6 +219,7 @@ fn figures(out: &mut Exposition, latest: &LatestResults) {
                     ("suite", &stage.suite),
                     ("stage", &stage.stage),
                     ("gpu", &gpu.to_string()),
+                    ("pci_address", address),
                     ("precision", precision),
                 ],
                 figure.value * GPU_GEMM.scale,
@@ -307,6 +313,7 @@ mod tests {
             name: "gpu3_fp16_tflops".into(),
             value: 160.0,
             unit: "TFLOP/s".into(),
+            subject: None,
         };
         let (_, gpu, precision) = gpu_gemm(&figure).unwrap();
         assert_eq!((gpu, precision), (3, "fp16"));
