@@ -43,6 +43,19 @@ pub struct Figure {
     pub subject: Option<String>,
 }
 
+impl Figure {
+    /// A per-GPU matmul figure's runtime device index and precision:
+    /// `gpu3_fp16_tflops` → (3, "fp16").
+    pub fn gpu_matmul(&self) -> Option<(usize, &str)> {
+        let rest = self
+            .name
+            .strip_prefix("gpu")?
+            .strip_suffix(HEADLINE_SUFFIX)?;
+        let (index, precision) = rest.split_once('_')?;
+        Some((index.parse().ok()?, precision))
+    }
+}
+
 /// A run in brief.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunBrief {
@@ -227,5 +240,29 @@ mod tests {
         assert!(json["figures"][1].get("subject").is_none());
         let back: RunBrief = serde_json::from_value(json).unwrap();
         assert_eq!(back, brief);
+    }
+
+    #[test]
+    fn per_gpu_matmul_figures_give_index_and_precision() {
+        let figure = Figure {
+            stage: "gpu-gemm".into(),
+            name: "gpu3_fp16_tflops".into(),
+            value: 160.0,
+            unit: "TFLOP/s".into(),
+            subject: None,
+        };
+        assert_eq!(figure.gpu_matmul(), Some((3, "fp16")));
+        for name in [
+            "img_per_s",
+            "gpux_fp16_tflops",
+            "gpu3_tflops",
+            "gpu3_fp16_gbps",
+        ] {
+            let other = Figure {
+                name: name.into(),
+                ..figure.clone()
+            };
+            assert_eq!(other.gpu_matmul(), None, "{name}");
+        }
     }
 }

@@ -745,6 +745,48 @@ fn trends(runs: &[RunBrief]) -> Vec<SvgFigure> {
             by_suite.retain(|s| s.values.len() >= 2);
             (!by_suite.is_empty()).then(|| page_svg::figure(title, &unit, by_suite))
         })
+        .chain(gpu_matmul_trends(runs))
+        .collect()
+}
+
+/// Each GPU's matmul TFLOP/s over the box's runs, a figure per precision and a line per
+/// GPU (by PCI address; by the runtime's index in records made before figures carried
+/// one): a card that slows from run to run is a line of its own falling.
+fn gpu_matmul_trends(runs: &[RunBrief]) -> Vec<SvgFigure> {
+    let mut by_precision: Vec<(String, Vec<Series>)> = Vec::new();
+    for run in runs.iter().rev() {
+        let x = run.started_at.timestamp() as f64;
+        for figure in &run.figures {
+            let Some((index, precision)) = figure.gpu_matmul() else {
+                continue;
+            };
+            let label = match &figure.subject {
+                Some(address) => format!("GPU {address}"),
+                None => format!("GPU {index}"),
+            };
+            let lines = match by_precision.iter_mut().find(|(p, _)| p == precision) {
+                Some((_, lines)) => lines,
+                None => {
+                    by_precision.push((precision.to_string(), Vec::new()));
+                    &mut by_precision.last_mut().expect("just pushed").1
+                }
+            };
+            match lines.iter_mut().find(|s| s.label == label) {
+                Some(line) => line.values.push((x, figure.value)),
+                None => lines.push(Series {
+                    label,
+                    values: vec![(x, figure.value)],
+                }),
+            }
+        }
+    }
+    by_precision
+        .into_iter()
+        .filter_map(|(precision, mut lines)| {
+            lines.retain(|s| s.values.len() >= 2);
+            (!lines.is_empty())
+                .then(|| page_svg::figure(&format!("GPU {precision} matmul"), "TFLOP/s", lines))
+        })
         .collect()
 }
 
@@ -790,6 +832,59 @@ mod tests {
             figures: Vec::new(),
             findings: Vec::new(),
         }
+    }
+
+    #[test]
+    fn each_gpus_matmul_is_a_line_of_its_own_over_the_runs() {
+        let run = |minutes: i64, figures: &[(&str, f64, Option<&str>)]| RunBrief {
+            started_at: Utc::now() - chrono::Duration::minutes(minutes),
+            figures: figures
+                .iter()
+                .map(|(name, value, subject)| Figure {
+                    stage: "gpu-gemm".into(),
+                    name: name.to_string(),
+                    value: *value,
+                    unit: "TFLOP/s".into(),
+                    subject: subject.map(str::to_string),
+                })
+                .collect(),
+            ..brief("r", "")
+        };
+        let (a, b) = (Some("0000:01:00.0"), Some("0000:41:00.0"));
+        // Newest first, as the store lists them; the runtime's device 0 is b in one run.
+        let runs = [
+            run(
+                1,
+                &[
+                    ("gpu0_fp16_tflops", 150.0, b),
+                    ("gpu1_fp16_tflops", 160.0, a),
+                ],
+            ),
+            run(
+                2,
+                &[
+                    ("gpu0_fp16_tflops", 161.0, a),
+                    ("gpu1_fp16_tflops", 158.0, b),
+                ],
+            ),
+            run(3, &[("gpu0_f32_tflops", 80.0, a)]),
+        ];
+        let trends = gpu_matmul_trends(&runs);
+        let titles: Vec<_> = trends.iter().map(|f| f.title.as_str()).collect();
+        // f32 has one point only, so no line.
+        assert_eq!(titles, ["GPU fp16 matmul"]);
+        let lines: Vec<_> = trends[0]
+            .lines
+            .iter()
+            .map(|l| (l.label.as_str(), l.last.as_str()))
+            .collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines.iter().any(|(label, _)| *label == "GPU 0000:01:00.0"));
+        let b_line = lines
+            .iter()
+            .find(|(label, _)| *label == "GPU 0000:41:00.0")
+            .unwrap();
+        assert!(b_line.1.starts_with("150"), "{b_line:?}");
     }
 
     fn page(

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::record::{Figure, LatestResults, RunRecord, RunState, Verdict};
+use crate::record::{LatestResults, RunRecord, RunState, Verdict};
 
 use super::exposition::{bool_value, Exposition, Kind};
 
@@ -209,7 +209,11 @@ fn figures(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
         }
     }
     for stage in &latest.stages {
-        for (figure, runtime_index, precision) in stage.figures.iter().filter_map(gpu_gemm) {
+        for (figure, runtime_index, precision) in stage
+            .figures
+            .iter()
+            .filter_map(|f| f.gpu_matmul().map(|(i, p)| (f, i, p)))
+        {
             let address = figure.subject.as_deref().unwrap_or("");
             let gpu = gpu_index(hardware, address).unwrap_or(runtime_index);
             out.family(GPU_GEMM.name, Kind::Gauge, GPU_GEMM.help);
@@ -226,13 +230,6 @@ fn figures(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
             );
         }
     }
-}
-
-/// `gpu3_fp16_tflops` → (figure, 3, "fp16").
-fn gpu_gemm(figure: &Figure) -> Option<(&Figure, usize, &str)> {
-    let rest = figure.name.strip_prefix("gpu")?.strip_suffix("_tflops")?;
-    let (index, precision) = rest.split_once('_')?;
-    Some((figure, index.parse().ok()?, precision))
 }
 
 /// Each check about one GPU in the newest finished run (the health suite's, the
@@ -304,23 +301,5 @@ mod tests {
                 assert!(!family.name.contains(unit), "{} names {unit}", family.name);
             }
         }
-    }
-
-    #[test]
-    fn per_gpu_gemm_figures_give_index_and_precision() {
-        let figure = Figure {
-            stage: "gpu-gemm".into(),
-            name: "gpu3_fp16_tflops".into(),
-            value: 160.0,
-            unit: "TFLOP/s".into(),
-            subject: None,
-        };
-        let (_, gpu, precision) = gpu_gemm(&figure).unwrap();
-        assert_eq!((gpu, precision), (3, "fp16"));
-        let other = Figure {
-            name: "img_per_s".into(),
-            ..figure
-        };
-        assert!(gpu_gemm(&other).is_none());
     }
 }
