@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tinyperf::engine::data::{write_synth_dataset, Dataset, Loader, LoaderConfig, SynthSpec};
-use tinyperf::engine::mllog::{drop_page_cache, Division, MlLog, Submission};
+use tinyperf::engine::mllog::{drop_page_cache, Division, MlLog, Submission, SUBMITTER};
 use tinyperf::engine::model::resnet::ResNet;
 use tinyperf::engine::model::Model;
 use tinyperf::engine::parallel::{DataParallel, HostRing};
@@ -116,7 +116,7 @@ fn replicas(count: usize, recipe: &Recipe) -> Replicas {
 
 fn open_mllog(path: &Path, recipe: &Recipe) -> MlLog {
     let mut log = MlLog::create(path).unwrap();
-    let mut submission = Submission::tinycorp_resnet("test_box");
+    let mut submission = Submission::resnet(SUBMITTER, "test_box");
     submission.division = Division::Open;
     log.submission(&submission).unwrap();
     log.cache_clear(drop_page_cache().flushed()).unwrap();

@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 use tinyperf::engine::mllog::{
     drop_page_cache_via, keys, CacheFlush, Division, MlLog, MlLogError, RunConfig, RunStatus,
-    Submission,
+    Submission, SUBMITTER,
 };
 use tinyperf::suite::system_desc::{submission_platform, system_description, SoftwareStack};
 
@@ -78,7 +78,7 @@ fn simulate_run(path: &Path, accuracies: &[f64], target: f64) -> u32 {
     std::fs::write(&control, "").expect("control file");
 
     let mut log = MlLog::create(path).expect("create the log");
-    log.submission(&Submission::tinycorp_resnet("tinybox_green"))
+    log.submission(&Submission::resnet(SUBMITTER, "tinybox_green"))
         .expect("submission");
     log.cache_clear(drop_page_cache_via(&control, true).flushed())
         .expect("cache_clear");
@@ -256,7 +256,7 @@ fn an_unwritable_log_is_a_clear_error() {
     // /dev/full opens, then refuses every write with ENOSPC.
     let mut log = MlLog::create(Path::new("/dev/full")).expect("open /dev/full");
     let err = log
-        .submission(&Submission::tinycorp_resnet("tinybox_green"))
+        .submission(&Submission::resnet(SUBMITTER, "tinybox_green"))
         .expect_err("the device is full");
     match &err {
         MlLogError::Write { key, .. } => assert_eq!(key, keys::SUBMISSION_ORG),
@@ -274,10 +274,10 @@ fn calls_out_of_turn_are_refused_and_write_nothing() {
         log.init_start(),
         Err(MlLogError::OutOfOrder { .. })
     ));
-    log.submission(&Submission::tinycorp_resnet("tinybox_red"))
+    log.submission(&Submission::resnet(SUBMITTER, "tinybox_red"))
         .unwrap();
     assert!(log
-        .submission(&Submission::tinycorp_resnet("tinybox_red"))
+        .submission(&Submission::resnet(SUBMITTER, "tinybox_red"))
         .is_err());
     log.init_start().unwrap();
     let err = log.run_start().expect_err("run_start before init_stop");
@@ -335,7 +335,7 @@ fn an_unfinished_run_is_logged_as_aborted_when_dropped() {
     let path = dir.path().join("mllog.txt");
     {
         let mut log = MlLog::create(&path).unwrap();
-        log.submission(&Submission::tinycorp_resnet("tinybox_green"))
+        log.submission(&Submission::resnet(SUBMITTER, "tinybox_green"))
             .unwrap();
         log.cache_clear(false).unwrap();
         log.init_start().unwrap();
@@ -439,7 +439,13 @@ fn a_tinybox_green_system_description_passes_the_checker() {
     let platform = submission_platform(&inventory);
     assert_eq!(platform, "tinybox_green");
     let software = SoftwareStack::new("Ubuntu 22.04.4 LTS".into());
-    let desc = system_description(&inventory, &platform, &software, Division::Closed);
+    let desc = system_description(
+        &inventory,
+        &platform,
+        SUBMITTER,
+        &software,
+        Division::Closed,
+    );
 
     assert_eq!(desc["submitter"], "tinycorp");
     assert_eq!(desc["division"], "closed");
@@ -516,7 +522,14 @@ fn this_machine_system_description_passes_the_checker() {
         !software.operating_system.is_empty(),
         "/etc/os-release names no system"
     );
-    let desc = system_description(&inventory, &platform, &software, Division::Open);
+    let desc = system_description(
+        &inventory,
+        &platform,
+        "example-lab",
+        &software,
+        Division::Open,
+    );
+    assert_eq!(desc["submitter"], "example-lab");
     assert_eq!(desc["system_name"], platform.as_str());
     assert_eq!(desc["division"], "open");
 

@@ -314,6 +314,7 @@ fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
         "train_epochs=1",
         "warmup_epochs=0",
         "loader_threads=1",
+        "submitter=example-lab",
     ] {
         args.push("-o");
         args.push(o);
@@ -366,8 +367,14 @@ fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
         .unwrap();
         // 16² images are not the benchmark: open division, in the log and the description.
         assert_eq!(desc["division"], "open");
+        assert_eq!(desc["submitter"], "example-lab");
+        let mllog = fs::read_to_string(runs[0].join(format!("result_{i}/mllog.txt"))).unwrap();
+        assert!(
+            mllog.contains(r#""key": "submission_org", "value": "example-lab""#),
+            "{mllog}"
+        );
     }
-    let org = runs[0].join("submission/tinycorp");
+    let org = runs[0].join("submission/example-lab");
     assert!(org.join("systems").is_dir(), "{record:#}");
     let package_stage = &record["stages"][5];
     assert!(

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tinyperf::engine::backend::half_storage::HalfStorageCpu;
 use tinyperf::engine::data::{write_synth_dataset, Dataset, Loader, LoaderConfig, SynthSpec};
 use tinyperf::engine::layers::{BatchNorm2d, Conv2d, GlobalAvgPool, Linear, ParamKind, Relu};
-use tinyperf::engine::mllog::{drop_page_cache, Division, MlLog, Submission};
+use tinyperf::engine::mllog::{drop_page_cache, Division, MlLog, Submission, SUBMITTER};
 use tinyperf::engine::model::{Model, NamedParam};
 use tinyperf::engine::optim::{step_param, LarsConfig};
 use tinyperf::engine::recipe::Recipe;
@@ -207,7 +207,7 @@ fn small_recipe(batch: usize, epochs: u32) -> Recipe {
 
 fn open_mllog(path: &Path, recipe: &Recipe, train: u64, eval: u64) -> MlLog {
     let mut log = MlLog::create(path).unwrap();
-    let mut submission = Submission::tinycorp_resnet("test_box");
+    let mut submission = Submission::resnet(SUBMITTER, "test_box");
     submission.division = Division::Open;
     log.submission(&submission).unwrap();
     log.cache_clear(drop_page_cache().flushed()).unwrap();

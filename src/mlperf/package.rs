@@ -398,6 +398,7 @@ fn system_desc(
         None => system_description(
             &result.record["hardware"],
             &request.system,
+            &request.org,
             &SoftwareStack::of_this_system(),
             division,
         ),

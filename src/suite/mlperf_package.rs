@@ -1,10 +1,10 @@
 //! The last stage of `mlperf-resnet` with `runs=5`: the five runs' submission package,
-//! written into the run folder as `submission/tinycorp/`, and its score.
+//! written into the run folder as `submission/ORG/` (ORG: the `submitter` option,
+//! tinycorp when absent), and its score.
 
 use serde_json::{json, Value};
 
 use super::stage::{StageContext, StageReport};
-use crate::engine::mllog::SUBMITTER;
 use crate::mlperf::package::{package, PackageRequest};
 use crate::record::{Check, StageResult, Verdict};
 
@@ -30,7 +30,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         );
     }
     let request = PackageRequest {
-        org: SUBMITTER.to_string(),
+        org: super::options::submitter(ctx.options).to_string(),
         system: platform.clone(),
         division: None,
         out_dir,

@@ -237,6 +237,13 @@ pub const MODEL: TextSpec = TextSpec {
     choices: &["resnet20", "resnet18", "resnet50"],
     help: "the network to train",
 };
+pub const SUBMITTER: TextSpec = TextSpec {
+    key: "submitter",
+    choices: &[],
+    help: "the submitting organisation the MLLOG (submission_org), the system description and \
+           the submission package's folder name (tinycorp when absent): letters, digits, \
+           '-', '_' and '.', at most 64, not starting with '.'",
+};
 
 /// The numeric options `suite` accepts besides the recipe's.
 pub fn specs(suite: &str) -> &'static [OptionSpec] {
@@ -281,8 +288,8 @@ pub fn text_specs(suite: &str) -> &'static [TextSpec] {
     match suite {
         "acceptance" => &[BACKEND, PRECISION],
         "health" => &[BACKEND],
-        "smoke" => &[DATASET, MODEL, BACKEND],
-        "mlperf-resnet" => &[DATASET, BACKEND],
+        "smoke" => &[DATASET, MODEL, BACKEND, SUBMITTER],
+        "mlperf-resnet" => &[DATASET, BACKEND, SUBMITTER],
         _ => &[],
     }
 }
@@ -370,7 +377,30 @@ fn check_text(spec: &TextSpec, value: &Value) -> Result<(), String> {
             spec.choices.join(", ")
         ));
     }
+    if spec.key == SUBMITTER.key && !is_folder_name(text) {
+        return Err(format!(
+            "option {} = {} cannot name the submission's folder ({})",
+            spec.key,
+            echo::quoted(text),
+            spec.help
+        ));
+    }
     Ok(())
+}
+
+/// Whether `name` is safe as one folder's name: it becomes the submission package's
+/// top folder.
+fn is_folder_name(name: &str) -> bool {
+    name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// The `submitter` option, or the organisation tinyperf submits as by default.
+pub fn submitter(options: &Map<String, Value>) -> &str {
+    text(options, SUBMITTER).unwrap_or(crate::engine::mllog::SUBMITTER)
 }
 
 /// A text option, if given.
@@ -431,6 +461,29 @@ mod tests {
         let err = validate("acceptance", &map(json!({"precision": "fp8"}))).unwrap_err();
         assert!(err.contains("fp16"), "{err}");
         assert!(validate("inventory", &ok).is_err());
+    }
+
+    #[test]
+    fn the_submitter_must_make_a_safe_folder_name() {
+        let ok = map(json!({"submitter": "example-lab_2.0"}));
+        assert!(validate("mlperf-resnet", &ok).is_ok());
+        assert_eq!(submitter(&ok), "example-lab_2.0");
+        assert_eq!(submitter(&Map::new()), "tinycorp");
+        for bad in [
+            "../etc",
+            "a/b",
+            ".hidden",
+            "two words",
+            "é",
+            &"x".repeat(65),
+        ] {
+            let err = validate("mlperf-resnet", &map(json!({ "submitter": bad }))).unwrap_err();
+            assert!(
+                err.contains("cannot name the submission's folder"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(validate("acceptance", &ok).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::{json, Map, Value};
 
-use crate::engine::mllog::{Division, SUBMITTER};
+use crate::engine::mllog::Division;
 
 /// The availability the checker accepts for a box the submitter owns and runs.
 pub const STATUS_ON_PREMISE: &str = "Available on-premise";
@@ -79,12 +79,13 @@ pub fn submission_platform(hardware: &Value) -> String {
 }
 
 /// The system description of the box `hardware` (the inventory's JSON) as `platform`,
-/// for results of `division` (the package checker applies that division's rules, so it
-/// must be the one the runs logged). Reads the inventory defensively: a missing or odd
-/// field leaves its entry empty.
+/// submitted by `submitter`, for results of `division` (the package checker applies that
+/// division's rules, so it must be the one the runs logged). Reads the inventory
+/// defensively: a missing or odd field leaves its entry empty.
 pub fn system_description(
     hardware: &Value,
     platform: &str,
+    submitter: &str,
     software: &SoftwareStack,
     division: Division,
 ) -> Value {
@@ -145,7 +146,7 @@ pub fn system_description(
     let is_tinybox = str_at(hardware, &["sku"]).is_some_and(|s| s.starts_with("tinybox"));
     let text = |v: Option<String>| v.unwrap_or_default();
     json!({
-        "submitter": SUBMITTER,
+        "submitter": submitter,
         "division": division.as_str(),
         "status": STATUS_ON_PREMISE,
         "system_name": platform,
@@ -384,6 +385,7 @@ mod tests {
         let desc = system_description(
             &Value::Null,
             "somebox",
+            crate::engine::mllog::SUBMITTER,
             &SoftwareStack::new(String::new()),
             Division::Open,
         );

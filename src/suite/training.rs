@@ -125,6 +125,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
     };
     let hardware = hardware(ctx);
     let platform = submission_platform(&hardware);
+    let submitter = super::options::submitter(ctx.options).to_string();
 
     let config = job.recipe.mllog_config(
         train_len as u64,
@@ -143,7 +144,14 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
             violations.join("; ")
         ));
     }
-    write_system_description(&run_dir, &hardware, &platform, division, &mut report);
+    write_system_description(
+        &run_dir,
+        &hardware,
+        &platform,
+        &submitter,
+        division,
+        &mut report,
+    );
     let mllog_path = run_dir.join(MLLOG_FILE);
     report
         .findings
@@ -157,6 +165,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
         dataset: &dataset,
         config: &config,
         platform: &platform,
+        submitter: &submitter,
         division,
         mllog_path: &mllog_path,
     };
@@ -438,6 +447,7 @@ fn write_system_description(
     run_dir: &Path,
     hardware: &Value,
     platform: &str,
+    submitter: &str,
     division: Division,
     report: &mut StageReport,
 ) {
@@ -445,6 +455,7 @@ fn write_system_description(
     let description = system_description(
         hardware,
         platform,
+        submitter,
         &SoftwareStack::of_this_system(),
         division,
     );
@@ -482,6 +493,7 @@ struct TrainingRun<'r> {
     dataset: &'r Dataset,
     config: &'r crate::engine::mllog::RunConfig,
     platform: &'r str,
+    submitter: &'r str,
     division: Division,
     mllog_path: &'r Path,
 }
@@ -497,7 +509,7 @@ impl TrainingRun<'_> {
         let job = self.job;
         let config = self.config;
         let mut log = MlLog::create(self.mllog_path).map_err(|e| e.to_string())?;
-        let mut submission = Submission::tinycorp_resnet(self.platform);
+        let mut submission = Submission::resnet(self.submitter, self.platform);
         submission.division = self.division;
         log.submission(&submission).map_err(mllog_error)?;
         let flush = drop_page_cache();

@@ -59,14 +59,14 @@ pub struct Submission {
     pub benchmark: String,
 }
 
-/// The organisation tinyperf submits as.
+/// The organisation tinyperf submits as unless told another.
 pub const SUBMITTER: &str = "tinycorp";
 
 impl Submission {
-    /// A closed-division, on-premise ResNet submission by tinycorp on `platform`.
-    pub fn tinycorp_resnet(platform: &str) -> Submission {
+    /// A closed-division, on-premise ResNet submission by `org` on `platform`.
+    pub fn resnet(org: &str, platform: &str) -> Submission {
         Submission {
-            org: SUBMITTER.to_string(),
+            org: org.to_string(),
             platform: platform.to_string(),
             division: Division::Closed,
             status: SubmissionStatus::OnPremise,

@@ -4,9 +4,9 @@
 //! A training run uses it like this:
 //! ```no_run
 //! # fn main() -> Result<(), tinyperf::engine::mllog::MlLogError> {
-//! use tinyperf::engine::mllog::{drop_page_cache, MlLog, RunConfig, RunStatus, Submission};
+//! use tinyperf::engine::mllog::{drop_page_cache, MlLog, RunConfig, RunStatus, Submission, SUBMITTER};
 //! let mut log = MlLog::create(std::path::Path::new("/var/lib/tinyperf/runs/x/mllog.txt"))?;
-//! log.submission(&Submission::tinycorp_resnet("tinybox_green"))?;
+//! log.submission(&Submission::resnet(SUBMITTER, "tinybox_green"))?;
 //! log.cache_clear(drop_page_cache().flushed())?;
 //! log.init_start()?;
 //! // build the model, compile, warm up on synthetic input
