@@ -204,31 +204,30 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_over_http_stops_the_benchmark_and_its_children() {
-    let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("child.pid");
+/// An agent running the benchmark `sleeper`, a shell that starts `sleep 300` and waits
+/// for it: the agent's address, the run's id and the pid of `sleep`, once it runs.
+async fn start_sleeper(dir: &Path) -> (SocketAddr, String, u32) {
+    let pid_file = dir.join("child.pid");
     let line = format!("sleep 300 & echo $! > '{}'; wait", pid_file.display());
-    let addr = start(dir.path(), &[("sleeper", json!({"command": line}))]).await;
+    let addr = start(dir, &[("sleeper", json!({"command": line}))]).await;
     let body = json!({"suite": "external", "options": {"benchmark": "sleeper"}}).to_string();
     let (status, started) = post(addr, "/api/v1/runs", &body).await;
     assert_eq!(status, 202, "{started}");
     let id = started["id"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !pid_file.exists()
-        || std::fs::read_to_string(&pid_file)
-            .unwrap()
-            .trim()
-            .is_empty()
-    {
+    loop {
+        if let Ok(Ok(pid)) = std::fs::read_to_string(&pid_file).map(|t| t.trim().parse()) {
+            return (addr, id, pid);
+        }
         assert!(Instant::now() < deadline, "the benchmark never started");
         sleep(Duration::from_millis(100)).await;
     }
-    let child: u32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_over_http_stops_the_benchmark_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, id, child) = start_sleeper(dir.path()).await;
     assert!(alive(child));
     let (status, answer) = post(addr, &format!("/api/v1/runs/{id}/cancel"), "").await;
     assert!(status < 300, "{status} {answer}");
@@ -257,29 +256,10 @@ fn parent(pid: u32) -> u32 {
         .unwrap()
 }
 
-/// Waits for the benchmark's `sleep` to write its pid into `pid_file`.
-async fn wait_pid(pid_file: &Path) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(Ok(pid)) = std::fs::read_to_string(pid_file).map(|t| t.trim().parse()) {
-            return pid;
-        }
-        assert!(Instant::now() < deadline, "the benchmark never started");
-        sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_outright_takes_the_benchmarks_processes_with_it() {
     let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("child.pid");
-    let line = format!("sleep 300 & echo $! > '{}'; wait", pid_file.display());
-    let addr = start(dir.path(), &[("sleeper", json!({"command": line}))]).await;
-    let body = json!({"suite": "external", "options": {"benchmark": "sleeper"}}).to_string();
-    let (status, started) = post(addr, "/api/v1/runs", &body).await;
-    assert_eq!(status, 202, "{started}");
-    let id = started["id"].as_str().unwrap().to_string();
-    let child = wait_pid(&pid_file).await;
+    let (addr, id, child) = start_sleeper(dir.path()).await;
     // sleep's parent is the benchmark's shell, in a process group of its own; the
     // shell's parent is the worker. SIGKILL gives the worker no chance to stop it.
     let shell = parent(child);

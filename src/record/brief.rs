@@ -173,8 +173,8 @@ mod tests {
     use super::*;
     use crate::record::StageResult;
 
-    #[test]
-    fn a_brief_keeps_headline_figures_and_bounds_its_text() {
+    /// The brief of a passed acceptance run of one stage that measured `metrics`.
+    fn brief_of(stage: &str, metrics: Vec<Metric>, message: Option<String>) -> RunBrief {
         let mut r = RunRecord::new(
             "r".into(),
             "acceptance".into(),
@@ -182,20 +182,29 @@ mod tests {
             Default::default(),
         );
         r.stages.push(StageResult {
-            name: "cpu-gemm".into(),
+            name: stage.into(),
             verdict: Verdict::Pass,
             started_at: r.started_at,
             finished_at: r.started_at,
-            metrics: vec![
-                Metric::new("gflops_sustained", 812.0, "GFLOP/s"),
-                Metric::new("threads", 32.0, "count"),
-            ],
+            metrics,
             checks: vec![],
             findings: vec![],
             message: None,
         });
-        r.finish(RunState::Passed, Some("x".repeat(10_000)));
-        let brief = RunBrief::from(&r);
+        r.finish(RunState::Passed, message);
+        RunBrief::from(&r)
+    }
+
+    #[test]
+    fn a_brief_keeps_headline_figures_and_bounds_its_text() {
+        let brief = brief_of(
+            "cpu-gemm",
+            vec![
+                Metric::new("gflops_sustained", 812.0, "GFLOP/s"),
+                Metric::new("threads", 32.0, "count"),
+            ],
+            Some("x".repeat(10_000)),
+        );
         assert_eq!(
             brief.stages,
             [StageBrief {
@@ -210,28 +219,15 @@ mod tests {
 
     #[test]
     fn a_per_gpu_figure_keeps_its_gpus_address_through_the_brief_and_json() {
-        let mut r = RunRecord::new(
-            "r".into(),
-            "acceptance".into(),
-            Trigger::Cli,
-            Default::default(),
-        );
-        r.stages.push(StageResult {
-            name: "gpu-gemm".into(),
-            verdict: Verdict::Pass,
-            started_at: r.started_at,
-            finished_at: r.started_at,
-            metrics: vec![
+        let brief = brief_of(
+            "gpu-gemm",
+            vec![
                 Metric::new("gpu0_fp16_tflops", 160.0, "TFLOP/s")
                     .about(Some("0000:41:00.0".into())),
                 Metric::new("gpu1_fp16_tflops", 161.0, "TFLOP/s"),
             ],
-            checks: vec![],
-            findings: vec![],
-            message: None,
-        });
-        r.finish(RunState::Passed, None);
-        let brief = RunBrief::from(&r);
+            None,
+        );
         let subjects: Vec<_> = brief.figures.iter().map(|f| f.subject.as_deref()).collect();
         assert_eq!(subjects, [Some("0000:41:00.0"), None]);
         let json = serde_json::to_value(&brief).unwrap();
