@@ -266,6 +266,8 @@ mmdebstrap --mode=root --variant=minbase --components="$components" \
     die "mmdebstrap failed (full log: rerun with KEEP_BUILD=1, $work/mmdebstrap.log)"
 }
 rootfs_done=$(date +%s)
+# The wheels' libraries are in the tree now.
+rm -rf "$wheels"
 
 kernel=$(find "$rootfs/boot" -maxdepth 1 -name 'vmlinuz-*' -printf '%f\n' | sed 's/^vmlinuz-//' | sort -V | tail -1)
 if [ -z "$kernel" ] || [ ! -f "$rootfs/boot/initrd.img-$kernel" ]; then
@@ -350,15 +352,21 @@ mcopy -i "$esp" "$work/authorized_keys.txt" ::/tinybox/README.txt
 used_mib=$(du -sm --apparent-size "$rootfs" | cut -f1)
 # Room for the first boot, logs and run records until the root grows to the disk.
 root_mib=$(((used_mib * 13 / 10 + 384 + 63) / 64 * 64))
-root="$work/root.img"
 fs_uuid=$(echo "$name $SOURCE_DATE_EPOCH" | sha256sum | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
-note "ext4 root: ${used_mib} MiB of files in a ${root_mib} MiB filesystem"
-E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH mke2fs -q -t ext4 -L root -U "$fs_uuid" -E hash_seed="$fs_uuid" \
-    -d "$rootfs" "$root" "${root_mib}M" >/dev/null
-
 raw="$work/$name.raw"
 total_mib=$((1 + esp_mib + root_mib + 1))
 truncate -s "${total_mib}M" "$raw"
+note "ext4 root: ${used_mib} MiB of files in a ${root_mib} MiB filesystem"
+# Straight into the root partition's place in the disk image: a separate
+# root.img copied in would hold the whole filesystem on disk a second time.
+# nodiscard: punching holes is pointless in a fresh sparse file.
+E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH mke2fs -q -t ext4 -L root -U "$fs_uuid" \
+    -E hash_seed="$fs_uuid",offset=$(((1 + esp_mib) * 1024 * 1024)),nodiscard \
+    -d "$rootfs" "$raw" "${root_mib}M" >/dev/null
+# Everything the image needs from the tree is in the disk image now; the tree
+# goes before compressing, so a variant's peak disk use is the tree or the
+# image plus its compressed copy, not all three.
+rm -rf --one-file-system "$rootfs"
 sfdisk -q "$raw" <<EOF
 label: gpt
 label-id: $(echo "$name disk $SOURCE_DATE_EPOCH" | sha256sum | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
@@ -366,8 +374,7 @@ start=1MiB, size=${esp_mib}MiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=
 start=$((1 + esp_mib))MiB, size=${root_mib}MiB, type=4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709, name=root
 EOF
 dd if="$esp" of="$raw" bs=1M seek=1 conv=notrunc,sparse status=none
-dd if="$root" of="$raw" bs=1M seek=$((1 + esp_mib)) conv=notrunc,sparse status=none
-rm -f "$esp" "$root"
+rm -f "$esp"
 
 # --- Compressed copy, block map, manifest, checksums ------------------------
 
