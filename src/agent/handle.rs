@@ -262,9 +262,9 @@ impl AgentHandle {
         self.shared.writer.unsaved()
     }
 
-    /// The newest finished run in full, from memory.
-    pub fn last_finished_run(&self) -> Option<Arc<RunRecord>> {
-        self.shared.store.last_finished_record()
+    /// Each suite's newest finished run in full, from memory.
+    pub fn suite_latest_runs(&self) -> Vec<Arc<RunRecord>> {
+        self.shared.store.suite_latest_records()
     }
 
     /// The run in progress as recorded so far.

@@ -28,8 +28,9 @@ pub struct SkippedRecord {
 pub struct RunIndex {
     by_order: BTreeMap<Order, RunBrief>,
     order_of_id: HashMap<String, Order>,
-    /// The newest finished run in full, for what `/metrics` reports of it.
-    last_finished: Option<Arc<RunRecord>>,
+    /// Each suite's newest finished run in full, for the checks about single GPUs
+    /// `/metrics` reports: a smoke run must not hide the last health run's.
+    suite_latest: BTreeMap<String, Arc<RunRecord>>,
     skipped: Vec<SkippedRecord>,
 }
 
@@ -44,17 +45,12 @@ impl RunIndex {
     }
 
     /// Adds or replaces a run from its whole record, which is kept when it is the
-    /// newest finished one.
+    /// newest finished one of its suite.
     pub fn put_record(&mut self, record: &Arc<RunRecord>) {
         self.put(RunBrief::from(record.as_ref()));
-        if record.state.is_final() {
-            let newer = self.last_finished.as_ref().is_none_or(|last| {
-                last.id == record.id
-                    || (record.started_at, &record.id) >= (last.started_at, &last.id)
-            });
-            if newer {
-                self.last_finished = Some(record.clone());
-            }
+        if record.state.is_final() && is_newer(record, self.suite_latest.get(&record.suite)) {
+            self.suite_latest
+                .insert(record.suite.clone(), record.clone());
         }
     }
 
@@ -62,9 +58,7 @@ impl RunIndex {
         if let Some(order) = self.order_of_id.remove(id) {
             self.by_order.remove(&order);
         }
-        if self.last_finished.as_ref().is_some_and(|r| r.id == id) {
-            self.last_finished = None;
-        }
+        self.suite_latest.retain(|_, r| r.id != id);
     }
 
     pub fn get(&self, id: &str) -> Option<&RunBrief> {
@@ -91,12 +85,29 @@ impl RunIndex {
         self.newest().find(|b| b.state.is_final())
     }
 
+    /// The newest finished run in full: the newest of the suites' newest.
     pub fn last_finished_record(&self) -> Option<Arc<RunRecord>> {
-        self.last_finished.clone()
+        self.suite_latest
+            .values()
+            .max_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)))
+            .cloned()
     }
 
-    pub fn set_last_finished(&mut self, record: Arc<RunRecord>) {
-        self.last_finished = Some(record);
+    /// The newest finished brief of each suite.
+    pub fn suite_latest_briefs(&self) -> Vec<&RunBrief> {
+        let mut seen = std::collections::HashSet::new();
+        self.newest()
+            .filter(|b| b.state.is_final() && seen.insert(b.suite.as_str()))
+            .collect()
+    }
+
+    /// Each suite's newest finished run in full, by suite name.
+    pub fn suite_latest_records(&self) -> Vec<Arc<RunRecord>> {
+        self.suite_latest.values().cloned().collect()
+    }
+
+    pub fn set_suite_latest(&mut self, record: Arc<RunRecord>) {
+        self.suite_latest.insert(record.suite.clone(), record);
     }
 
     pub fn skip(&mut self, skipped: SkippedRecord) {
@@ -115,4 +126,11 @@ impl RunIndex {
             .map(|b| b.id.clone())
             .collect()
     }
+}
+
+/// Whether `record` is the same run as `current` or started after it.
+fn is_newer(record: &RunRecord, current: Option<&Arc<RunRecord>>) -> bool {
+    current.is_none_or(|last| {
+        last.id == record.id || (record.started_at, &record.id) >= (last.started_at, &last.id)
+    })
 }

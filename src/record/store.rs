@@ -280,12 +280,16 @@ impl Store {
                 }),
             }
         }
-        let last = index.last_finished_brief().map(|b| b.id.clone());
+        let suite_latest: Vec<String> = index
+            .suite_latest_briefs()
+            .iter()
+            .map(|b| b.id.clone())
+            .collect();
         *self.index_mut() = index;
-        if let Some(id) = last {
+        for id in suite_latest {
             match self.read_record(&id) {
-                Ok(record) => self.index_mut().set_last_finished(Arc::new(record)),
-                Err(e) => warn!(run = %id, error = %e, "cannot read the last finished run"),
+                Ok(record) => self.index_mut().set_suite_latest(Arc::new(record)),
+                Err(e) => warn!(run = %id, error = %e, "cannot read a suite's last finished run"),
             }
         }
         report
@@ -422,6 +426,11 @@ impl Store {
     /// The newest finished run in full, kept in memory.
     pub fn last_finished_record(&self) -> Option<Arc<RunRecord>> {
         self.index().last_finished_record()
+    }
+
+    /// Each suite's newest finished run in full.
+    pub fn suite_latest_records(&self) -> Vec<Arc<RunRecord>> {
+        self.index().suite_latest_records()
     }
 
     /// Runs in the index.
@@ -659,6 +668,49 @@ mod tests {
         let reopened = Store::open(dir.path(), 2).unwrap();
         let ids: Vec<_> = reopened.list(10).into_iter().map(|r| r.id).collect();
         assert_eq!(ids, ["r4", "r3"]);
+    }
+
+    #[test]
+    fn each_suites_newest_finished_run_stays_in_full_until_it_is_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 3).unwrap();
+        for (i, (id, suite)) in [("h1", "health"), ("h2", "health"), ("s1", "smoke")]
+            .into_iter()
+            .enumerate()
+        {
+            let mut r = record(id);
+            r.suite = suite.into();
+            r.started_at += chrono::Duration::seconds(i as i64);
+            r.finish(RunState::Passed, None);
+            store.create(&r).unwrap();
+            store.save(&r).unwrap();
+        }
+        let ids = |store: &Store| -> Vec<String> {
+            let mut ids: Vec<_> = store
+                .suite_latest_records()
+                .iter()
+                .map(|r| r.id.clone())
+                .collect();
+            ids.sort();
+            ids
+        };
+        // The smoke run finished last; the health run before it is still at hand.
+        assert_eq!(ids(&store), ["h2", "s1"]);
+        assert_eq!(store.last_finished_record().unwrap().id, "s1");
+        let reopened = Store::open(dir.path(), 3).unwrap();
+        assert_eq!(ids(&reopened), ["h2", "s1"]);
+        assert_eq!(reopened.last_finished_record().unwrap().id, "s1");
+        // Three newer smoke runs push both health runs past the retention limit.
+        for i in 0..3 {
+            let mut r = record(&format!("s{}", i + 2));
+            r.suite = "smoke".into();
+            r.started_at += chrono::Duration::seconds(10 + i);
+            r.finish(RunState::Passed, None);
+            reopened.create(&r).unwrap();
+            reopened.save(&r).unwrap();
+        }
+        reopened.prune();
+        assert_eq!(ids(&reopened), ["s4"]);
     }
 
     #[test]

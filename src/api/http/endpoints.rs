@@ -201,7 +201,7 @@ impl App {
 
     async fn metrics(&self) -> Result<Response<Body>, ApiError> {
         let status = self.handle.status();
-        let last_run = self.handle.last_finished_run();
+        let suite_runs = self.handle.suite_latest_runs();
         let latest = self.handle.latest_results();
         let live_sample = self.handle.with_live(|live| live.latest_sample().cloned());
         let process = metrics::process::read();
@@ -215,7 +215,7 @@ impl App {
                 hardware,
                 hostname: &hostname,
                 latest: &latest,
-                last_run: last_run.as_deref(),
+                suite_runs: &suite_runs,
                 live_sample: live_sample.as_ref(),
                 process: process.as_ref(),
                 runs_stored,

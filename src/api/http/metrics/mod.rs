@@ -14,6 +14,8 @@ pub mod process;
 mod results;
 mod telemetry;
 
+use std::sync::Arc;
+
 use chrono::Utc;
 use serde_json::Value;
 
@@ -31,8 +33,8 @@ pub struct Snapshot<'a> {
     pub hostname: &'a str,
     /// The newest finished result of every suite and stage.
     pub latest: &'a LatestResults,
-    /// The newest finished run in full, for its checks about single GPUs.
-    pub last_run: Option<&'a RunRecord>,
+    /// Each suite's newest finished run in full, for its checks about single GPUs.
+    pub suite_runs: &'a [Arc<RunRecord>],
     /// The newest telemetry sample of the run in progress.
     pub live_sample: Option<&'a TimedSample>,
     pub process: Option<&'a process::ProcessFigures>,
@@ -45,7 +47,7 @@ pub fn render(s: &Snapshot<'_>) -> String {
     agent(&mut out, s);
     inventory::render(&mut out, s.hardware);
     results::render(&mut out, s.latest, s.hardware);
-    if let Some(run) = s.last_run {
+    for run in s.suite_runs {
         results::gpu_checks(&mut out, run, s.hardware);
     }
     if let Some(sample) = s.live_sample {
@@ -262,20 +264,22 @@ mod tests {
             hardware: &hardware,
             hostname: "tb-g-0001",
             latest: &latest,
-            last_run: Some(&smoke),
+            suite_runs: &[Arc::new(smoke.clone())],
             live_sample: Some(&sample),
             process: figures.as_ref(),
             runs_stored: 4,
         });
+        // Smoke finished after acceptance; acceptance's checks about single GPUs stay.
+        let suite_runs = [Arc::new(acceptance), Arc::new(smoke)];
         let with_checks = render(&Snapshot {
-            last_run: Some(&acceptance),
+            suite_runs: &suite_runs,
             ..Snapshot {
                 status: &status(),
                 counters: &counters,
                 hardware: &hardware,
                 hostname: "tb-g-0001",
                 latest: &latest,
-                last_run: None,
+                suite_runs: &[],
                 live_sample: None,
                 process: None,
                 runs_stored: 4,

@@ -232,9 +232,8 @@ fn figures(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
     }
 }
 
-/// Each check about one GPU in the newest finished run (the health suite's, the
-/// acceptance GPU stages'), as a set of states. Only the newest finished run is kept in
-/// full in memory, so these belong to that run alone.
+/// Each check about one GPU in `run`, a suite's newest finished run (the health suite's,
+/// the acceptance GPU stages'), as a set of states.
 pub fn gpu_checks(out: &mut Exposition, run: &RunRecord, hardware: &Value) {
     for stage in &run.stages {
         for check in &stage.checks {
@@ -244,8 +243,8 @@ pub fn gpu_checks(out: &mut Exposition, run: &RunRecord, hardware: &Value) {
             out.family(
                 "tinyperf_gpu_check_outcome",
                 Kind::Gauge,
-                "1 for the outcome each check about one GPU had in the newest finished run, \
-                 0 for the others.",
+                "1 for the outcome each check about one GPU had in its suite's newest finished \
+                 run, 0 for the others.",
             );
             let gpu = gpu_index(hardware, address)
                 .map(|i| i.to_string())
