@@ -8,67 +8,19 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tinyperf::engine::data::Batch;
-use tinyperf::engine::init::standard_normal;
-use tinyperf::engine::layers::SoftmaxCrossEntropy;
-use tinyperf::engine::model::resnet::{BlockKind, ResNet, ResNetConfig, Stem};
+mod common;
+
+use common::small_resnet::{batch, model, never, replica, xent};
+use tinyperf::engine::model::resnet::ResNet;
 use tinyperf::engine::model::Model;
-use tinyperf::engine::optim::LarsConfig;
-use tinyperf::engine::parallel::{
-    AllReduce, BucketPlan, DataParallel, HostRing, ParallelError, Replica,
-};
+use tinyperf::engine::parallel::{AllReduce, BucketPlan, DataParallel, HostRing, ParallelError};
 use tinyperf::engine::train::{
-    compute_gradients, compute_gradients_notifying, DeviceBatch, DeviceOptimizer, StepOutcome,
+    compute_gradients, compute_gradients_notifying, DeviceBatch, StepOutcome,
 };
 use tinyperf::engine::{Backend, CpuBackend};
 
-const IMAGE: usize = 8;
-const CLASSES: usize = 5;
 const SEED: u64 = 5;
 const LR: f32 = 0.5;
-
-/// Two stages with a projection shortcut, so blocks of both kinds report gradients.
-fn config() -> ResNetConfig {
-    ResNetConfig {
-        block: BlockKind::Basic,
-        stage_blocks: vec![1, 1],
-        base_width: 4,
-        stem: Stem::Small,
-        stem_width: 4,
-        classes: CLASSES,
-    }
-}
-
-fn model(b: &CpuBackend) -> ResNet<CpuBackend> {
-    let mut m = ResNet::new(b, &config()).unwrap();
-    m.init_from_seed(b, SEED).unwrap();
-    m
-}
-
-fn xent() -> SoftmaxCrossEntropy {
-    SoftmaxCrossEntropy {
-        label_smoothing: 0.1,
-    }
-}
-
-fn never() -> bool {
-    false
-}
-
-fn batch(n: usize, seed: u64) -> Batch {
-    Batch {
-        epoch: 0,
-        index: 0,
-        image_size: IMAGE,
-        images: standard_normal(seed, 3, n * IMAGE * IMAGE * 3),
-        labels: (0..n as u32)
-            .map(|i| (i * 3 + 1) % CLASSES as u32)
-            .collect(),
-        valid: vec![true; n],
-        sample_ids: (0..n).collect(),
-        replaced: 0,
-    }
-}
 
 fn group(
     replicas: usize,
@@ -76,15 +28,7 @@ fn group(
     bucket_bytes: Option<usize>,
 ) -> DataParallel<CpuBackend, ResNet<CpuBackend>> {
     let reps = (0..replicas)
-        .map(|_| {
-            let backend = CpuBackend::new();
-            let model = model(&backend);
-            Replica {
-                backend,
-                model,
-                optimizer: DeviceOptimizer::new(LarsConfig::default()),
-            }
-        })
+        .map(|_| replica(CpuBackend::new(), SEED))
         .collect();
     let mut dp = DataParallel::new(reps, collective, xent()).unwrap();
     dp.set_gradient_buckets(bucket_bytes);
@@ -183,7 +127,7 @@ fn three_replicas_bucketed_agree_with_each_other_exactly_and_with_the_single_all
 fn the_backward_reports_every_gradient_once_from_the_last_with_the_gradients_of_backward() {
     let b = CpuBackend::new();
     let shard = DeviceBatch::upload(&b, &batch(4, 7)).unwrap();
-    let mut reference = model(&b);
+    let mut reference = model(&b, SEED);
     compute_gradients(&b, &mut reference, &xent(), &shard, 1.0, &never).unwrap();
     let want: Vec<Vec<f32>> = reference
         .parameters()
@@ -191,7 +135,7 @@ fn the_backward_reports_every_gradient_once_from_the_last_with_the_gradients_of_
         .map(|p| host(&b, p.param.grad))
         .collect();
 
-    let mut m = model(&b);
+    let mut m = model(&b, SEED);
     let params = m.parameters().len();
     let mut reported: Vec<Range<usize>> = Vec::new();
     let mut got: Vec<Option<Vec<f32>>> = vec![None; params];
@@ -231,7 +175,7 @@ fn the_backward_reports_every_gradient_once_from_the_last_with_the_gradients_of_
 #[test]
 fn the_plan_covers_the_models_gradients_with_an_uneven_last_bucket() {
     let b = CpuBackend::new();
-    let mut m = model(&b);
+    let mut m = model(&b, SEED);
     let lens: Vec<usize> = m
         .parameters()
         .iter()

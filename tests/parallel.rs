@@ -7,16 +7,17 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::small_resnet::{batch as host_batch, model, never, replica, xent, IMAGE};
 use tinyperf::engine::backend::cpu::CpuBuffer;
 use tinyperf::engine::data::Batch;
-use tinyperf::engine::init::standard_normal;
-use tinyperf::engine::layers::SoftmaxCrossEntropy;
-use tinyperf::engine::model::resnet::{BlockKind, ResNet, ResNetConfig, Stem};
+use tinyperf::engine::model::resnet::ResNet;
 use tinyperf::engine::model::Model;
 use tinyperf::engine::optim::LarsConfig;
 use tinyperf::engine::parallel::{
     measure_all_reduce_bandwidth, measure_data_parallel_throughput, ring_bus_factor, split_batch,
-    AllReduce, DataParallel, HostRing, ParallelError, Replica,
+    AllReduce, DataParallel, HostRing, ParallelError,
 };
 use tinyperf::engine::train::{
     compute_gradients, train_step, DeviceBatch, DeviceOptimizer, GradientOutcome, StepOutcome,
@@ -27,64 +28,13 @@ use tinyperf::engine::{
     Result,
 };
 
-const IMAGE: usize = 8;
-const CLASSES: usize = 5;
 const SEED: u64 = 11;
 const LR: f32 = 0.5;
 
-fn tiny_config() -> ResNetConfig {
-    ResNetConfig {
-        block: BlockKind::Basic,
-        stage_blocks: vec![1, 1],
-        base_width: 4,
-        stem: Stem::Small,
-        stem_width: 4,
-        classes: CLASSES,
-    }
-}
-
-fn model<B: Backend>(b: &B) -> ResNet<B> {
-    let mut m = ResNet::new(b, &tiny_config()).unwrap();
-    m.init_from_seed(b, SEED).unwrap();
-    m
-}
-
-fn replica<B: Backend>(backend: B) -> Replica<B, ResNet<B>> {
-    let model = model(&backend);
-    Replica {
-        backend,
-        model,
-        optimizer: DeviceOptimizer::new(LarsConfig::default()),
-    }
-}
-
-fn xent() -> SoftmaxCrossEntropy {
-    SoftmaxCrossEntropy {
-        label_smoothing: 0.1,
-    }
-}
-
-fn never() -> bool {
-    false
-}
-
-fn host_batch(n: usize, seed: u64) -> Batch {
-    Batch {
-        epoch: 0,
-        index: 0,
-        image_size: IMAGE,
-        images: standard_normal(seed, 3, n * IMAGE * IMAGE * 3),
-        labels: (0..n as u32)
-            .map(|i| (i * 3 + 1) % CLASSES as u32)
-            .collect(),
-        valid: vec![true; n],
-        sample_ids: (0..n).collect(),
-        replaced: 0,
-    }
-}
-
 fn cpu_dp(replicas: usize) -> DataParallel<CpuBackend, ResNet<CpuBackend>> {
-    let reps = (0..replicas).map(|_| replica(CpuBackend::new())).collect();
+    let reps = (0..replicas)
+        .map(|_| replica(CpuBackend::new(), SEED))
+        .collect();
     DataParallel::new(reps, Box::new(HostRing::new(replicas).unwrap()), xent()).unwrap()
 }
 
@@ -139,7 +89,7 @@ fn assert_close(got: &[Vec<f32>], want: &[Vec<f32>]) {
 /// The gradients a fresh replica computes on `shard` alone.
 fn separate_gradients(shard: &Batch) -> (Vec<Vec<f32>>, f32) {
     let b = CpuBackend::new();
-    let mut m = model(&b);
+    let mut m = model(&b, SEED);
     let on_device = DeviceBatch::upload(&b, shard).unwrap();
     let loss = match compute_gradients(&b, &mut m, &xent(), &on_device, 1.0, &never).unwrap() {
         GradientOutcome::Computed(r) => r.loss,
@@ -161,7 +111,7 @@ fn two_replicas_hold_the_mean_gradient_and_step_to_identical_weights() {
         .collect();
     let initial = {
         let b = CpuBackend::new();
-        weights(&b, &mut model(&b))
+        weights(&b, &mut model(&b, SEED))
     };
 
     let mut dp = cpu_dp(2);
@@ -223,7 +173,7 @@ fn two_replicas_hold_the_mean_gradient_and_step_to_identical_weights() {
 fn one_replica_equals_the_plain_train_step_bit_for_bit() {
     let mut dp = cpu_dp(1);
     let plain_backend = CpuBackend::new();
-    let mut plain = model(&plain_backend);
+    let mut plain = model(&plain_backend, SEED);
     let mut optimizer = DeviceOptimizer::new(LarsConfig::default());
     for step in 0..3 {
         let batch = host_batch(6, 10 + step);
@@ -548,10 +498,13 @@ impl Backend for CpuWithFault {
 fn dp_with_fault_on_rank_1(fault: Fault) -> DataParallel<CpuWithFault, ResNet<CpuWithFault>> {
     let reps = (0..3)
         .map(|r| {
-            replica(CpuWithFault {
-                cpu: CpuBackend::new(),
-                fault: if r == 1 { fault } else { Fault::None },
-            })
+            replica(
+                CpuWithFault {
+                    cpu: CpuBackend::new(),
+                    fault: if r == 1 { fault } else { Fault::None },
+                },
+                SEED,
+            )
         })
         .collect();
     DataParallel::new(reps, Box::new(HostRing::new(3).unwrap()), xent()).unwrap()
@@ -668,7 +621,7 @@ fn fp16_replicas_skip_an_overflowing_step_together_and_apply_a_scaled_one() {
     use tinyperf::engine::backend::half_storage::HalfStorageCpu;
     use tinyperf::engine::Precision;
     let half = || HalfStorageCpu::new(CpuBackend::new(), Precision::Fp16).unwrap();
-    let reps = (0..2).map(|_| replica(half())).collect();
+    let reps = (0..2).map(|_| replica(half(), SEED)).collect();
     let mut dp = DataParallel::new(reps, Box::new(HostRing::new(2).unwrap()), xent()).unwrap();
     let snapshot = |dp: &mut DataParallel<HalfStorageCpu, ResNet<HalfStorageCpu>>| {
         dp.replicas_mut()

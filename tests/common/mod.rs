@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod small_resnet;
+
 pub const TOKEN: &str = "test-token-0123456789abcdef-0123456789abcdef";
 
 /// The `tinyperf` binary cargo built for these tests.
