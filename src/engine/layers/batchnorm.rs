@@ -110,13 +110,7 @@ impl<B: Backend> BatchNorm2d<B> {
 
     /// Gradient of the last training-mode forward, whose input was `x`.
     pub fn backward(&mut self, backend: &B, x: &Tensor<B>, dy: &Tensor<B>) -> Result<Tensor<B>> {
-        if !self.saved_valid {
-            return Err(EngineError::MissingForwardState {
-                op: "batch_norm backward",
-            });
-        }
-        let p = self.params(x)?;
-        dy.expect_shape("batch_norm backward", "dy", x.shape())?;
+        let p = self.backward_params("batch_norm backward", x, dy)?;
         let mut dx = Tensor::alloc(backend, x.shape())?;
         backend.batch_norm_backward(
             &p,
@@ -139,13 +133,7 @@ impl<B: Backend> BatchNorm2d<B> {
         y: &Tensor<B>,
         mut dy: Tensor<B>,
     ) -> Result<Tensor<B>> {
-        if !self.saved_valid {
-            return Err(EngineError::MissingForwardState {
-                op: "batch_norm backward",
-            });
-        }
-        let p = self.params(x)?;
-        dy.expect_shape("batch_norm backward", "dy", x.shape())?;
+        let p = self.backward_params("batch_norm backward", x, &dy)?;
         y.expect_shape("batch_norm backward", "relu output", x.shape())?;
         let mut dx = Tensor::alloc(backend, x.shape())?;
         backend.batch_norm_relu_backward(
@@ -199,13 +187,7 @@ impl<B: Backend> BatchNorm2d<B> {
         y: &Tensor<B>,
         mut dy: Tensor<B>,
     ) -> Result<(Tensor<B>, Tensor<B>)> {
-        if !self.saved_valid {
-            return Err(EngineError::MissingForwardState {
-                op: "batch_norm backward",
-            });
-        }
-        let p = self.params(x)?;
-        dy.expect_shape("batch_norm add relu backward", "dy", x.shape())?;
+        let p = self.backward_params("batch_norm add relu backward", x, &dy)?;
         y.expect_shape("batch_norm add relu backward", "output", x.shape())?;
         let mut dx = Tensor::alloc(backend, x.shape())?;
         backend.batch_norm_add_relu_backward(
@@ -219,6 +201,24 @@ impl<B: Backend> BatchNorm2d<B> {
             &mut self.grads,
         )?;
         Ok((dx, dy))
+    }
+
+    /// What every backward starts with: the training forward's saved state must be
+    /// there, and `dy` must have the input's shape (`op` names the backward in errors).
+    fn backward_params(
+        &self,
+        op: &'static str,
+        x: &Tensor<B>,
+        dy: &Tensor<B>,
+    ) -> Result<BatchNormParams> {
+        if !self.saved_valid {
+            return Err(EngineError::MissingForwardState {
+                op: "batch_norm backward",
+            });
+        }
+        let p = self.params(x)?;
+        dy.expect_shape(op, "dy", x.shape())?;
+        Ok(p)
     }
 
     pub fn parameters(&mut self) -> Vec<ParamMut<'_, B>> {
