@@ -277,26 +277,17 @@ fn replica_step<B: Backend, M: Model<B>>(
         model,
         optimizer,
     } = replica;
-    let mut flags = [0.0f32; FLAGS];
-    let mut result = None;
-    if batch.valid == 0 {
+    let outcome = if batch.valid == 0 {
         // Nothing to learn from, but the replica still takes its part in the all-reduce.
-        for p in model.parameters().iter_mut() {
-            backend.fill(p.param.grad, 0.0)?;
-        }
-        if cancelled() {
-            flags[FLAG_CANCELLED] = 1.0;
-        }
+        zero_gradients(backend, model)?;
+        None
     } else {
-        match compute_gradients(backend, model, loss_fn, batch, loss_scale, cancelled)? {
-            GradientOutcome::Computed(r) => result = Some(r),
-            GradientOutcome::NonFiniteLoss(r) => {
-                result = Some(r);
-                flags[FLAG_NON_FINITE] = 1.0;
-            }
-            GradientOutcome::Cancelled => flags[FLAG_CANCELLED] = 1.0,
-        }
-    }
+        Some(compute_gradients(
+            backend, model, loss_fn, batch, loss_scale, cancelled,
+        )?)
+    };
+    let mut flags = local_flags(&outcome, cancelled);
+    let result = step_result(outcome);
 
     let mut flags_buf = backend.upload(&flags)?;
     let mut params = model.parameters();
@@ -345,31 +336,18 @@ fn bucketed_replica_step<B: Backend, M: Model<B>>(
         optimizer,
     } = replica;
     let backend = &*backend;
-    let local_flags = |outcome: &Option<GradientOutcome>| {
-        let mut flags = [0.0f32; FLAGS];
-        match outcome {
-            Some(GradientOutcome::NonFiniteLoss(_)) => flags[FLAG_NON_FINITE] = 1.0,
-            Some(GradientOutcome::Cancelled) => flags[FLAG_CANCELLED] = 1.0,
-            Some(GradientOutcome::Computed(_)) => {}
-            None if cancelled() => flags[FLAG_CANCELLED] = 1.0,
-            None => {}
-        }
-        flags
-    };
     let (outcome, flags_buf) = buckets.reduce_during_backward(
         rank,
         backend,
         collective,
         &mut *model,
         weight,
-        |outcome| backend.upload(&local_flags(outcome)),
+        |outcome| backend.upload(&local_flags(outcome, cancelled)),
         |model, ready| {
             if batch.valid == 0 {
                 // Nothing to learn from, but the replica still takes its part in every
                 // all-reduce: its zeroed gradients go as they are.
-                for p in model.parameters().iter_mut() {
-                    backend.fill(p.param.grad, 0.0)?;
-                }
+                zero_gradients(backend, model)?;
                 return Ok(None);
             }
             compute_gradients_notifying(
@@ -378,10 +356,7 @@ fn bucketed_replica_step<B: Backend, M: Model<B>>(
             .map(Some)
         },
     )?;
-    let result = match outcome {
-        Some(GradientOutcome::Computed(r)) | Some(GradientOutcome::NonFiniteLoss(r)) => Some(r),
-        _ => None,
-    };
+    let result = step_result(outcome);
     let mut flags = [0.0f32; FLAGS];
     backend.download(&flags_buf, &mut flags)?;
     let mut params = model.parameters();
@@ -394,6 +369,42 @@ fn bucketed_replica_step<B: Backend, M: Model<B>>(
         loss_scale,
         result,
     )
+}
+
+/// Zeroes every gradient of `model`.
+fn zero_gradients<B: Backend, M: Model<B>>(
+    backend: &B,
+    model: &mut M,
+) -> crate::engine::Result<()> {
+    for p in model.parameters().iter_mut() {
+        backend.fill(p.param.grad, 0.0)?;
+    }
+    Ok(())
+}
+
+/// The flags this replica adds to the all-reduce: its loss was not finite, or it was
+/// cancelled (`outcome` is `None` when it had no samples, and asks `cancelled` then).
+fn local_flags(
+    outcome: &Option<GradientOutcome>,
+    cancelled: &(dyn Fn() -> bool + Sync),
+) -> [f32; FLAGS] {
+    let mut flags = [0.0f32; FLAGS];
+    match outcome {
+        Some(GradientOutcome::NonFiniteLoss(_)) => flags[FLAG_NON_FINITE] = 1.0,
+        Some(GradientOutcome::Cancelled) => flags[FLAG_CANCELLED] = 1.0,
+        Some(GradientOutcome::Computed(_)) => {}
+        None if cancelled() => flags[FLAG_CANCELLED] = 1.0,
+        None => {}
+    }
+    flags
+}
+
+/// The figures of a backward that ran.
+fn step_result(outcome: Option<GradientOutcome>) -> Option<StepResult> {
+    match outcome {
+        Some(GradientOutcome::Computed(r)) | Some(GradientOutcome::NonFiniteLoss(r)) => Some(r),
+        _ => None,
+    }
 }
 
 /// The step's decision from the all-reduced flags, and the update when there is one.
