@@ -211,15 +211,7 @@ fn throughput_only(
                     .unwrap_or_else(|| "im2col + BLAS".to_string())
             );
             let backend = GpuBackend::new(fast);
-            for &precision in precisions {
-                match train_throughput(&backend.with_precision(precision), args) {
-                    Ok(t) => {
-                        print_throughput(&t);
-                        throughput.push(t);
-                    }
-                    Err(e) => errors.push(format!("training throughput ({precision}): {e}")),
-                }
-            }
+            measure_training(&backend, precisions, args, &mut throughput, &mut errors);
         }
         Err(e) => errors.push(format!("open: {e}")),
     }
@@ -240,6 +232,26 @@ fn throughput_only(
         profile: vec![],
         all_reduce: None,
         errors,
+    }
+}
+
+/// Training throughput on `backend` in each of `precisions`, printed and kept; a failed
+/// measurement goes into `errors`.
+fn measure_training(
+    backend: &GpuBackend,
+    precisions: &[Precision],
+    args: &GpuCheckArgs,
+    throughput: &mut Vec<ThroughputFigure>,
+    errors: &mut Vec<String>,
+) {
+    for &precision in precisions {
+        match train_throughput(&backend.with_precision(precision), args) {
+            Ok(t) => {
+                print_throughput(&t);
+                throughput.push(t);
+            }
+            Err(e) => errors.push(format!("training throughput ({precision}): {e}")),
+        }
     }
 }
 
@@ -387,15 +399,7 @@ fn check_device(
                 }
                 drop(strict);
                 let backend = GpuBackend::new(fast);
-                for &precision in precisions {
-                    match train_throughput(&backend.with_precision(precision), args) {
-                        Ok(t) => {
-                            print_throughput(&t);
-                            throughput.push(t);
-                        }
-                        Err(e) => errors.push(format!("training throughput ({precision}): {e}")),
-                    }
-                }
+                measure_training(&backend, precisions, args, &mut throughput, &mut errors);
                 let (collective, chosen) = gpu_all_reduce(std::slice::from_ref(&backend));
                 match measure_all_reduce_bandwidth(
                     collective.as_ref(),
