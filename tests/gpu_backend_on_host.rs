@@ -861,6 +861,24 @@ mod implicit_gemm_convolution {
             .collect()
     }
 
+    /// Forward, data and filter gradient of every one of `shapes` on `gpu` in fp16 and
+    /// bf16 storage, against the CPU storing the same, from inputs of `seed`.
+    fn check_in_sixteen_bits(gpu: &GpuBackend, seed: u64, shapes: &[(String, Conv2dParams)]) {
+        for precision in [Precision::Fp16, Precision::Bf16] {
+            let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
+            let results = crosscheck::check_convolutions(
+                &gpu.with_precision(precision),
+                &reference,
+                seed,
+                Tolerances::sixteen_bit(precision),
+                shapes,
+            )
+            .unwrap();
+            assert_eq!(results.len(), 3 * shapes.len());
+            assert_all_passed(precision.name(), &results);
+        }
+    }
+
     #[test]
     fn every_resnet50_convolution_by_implicit_gemm_matches_the_cpu_on_an_emulated_device() {
         let device = EmulatedDevice::shared();
@@ -875,19 +893,7 @@ mod implicit_gemm_convolution {
             crosscheck::check_convolutions(&gpu, &CpuBackend::new(), 50, exact, &shapes).unwrap();
         assert_eq!(results.len(), 3 * shapes.len());
         assert_all_passed("f32", &results);
-        for precision in [Precision::Fp16, Precision::Bf16] {
-            let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
-            let results = crosscheck::check_convolutions(
-                &gpu.with_precision(precision),
-                &reference,
-                50,
-                Tolerances::sixteen_bit(precision),
-                &shapes,
-            )
-            .unwrap();
-            assert_eq!(results.len(), 3 * shapes.len());
-            assert_all_passed(precision.name(), &results);
-        }
+        check_in_sixteen_bits(&gpu, 50, &shapes);
         let launched = device.launches.lock().unwrap().clone();
         for pass in ["forward", "backward_data", "backward_filter"] {
             for suffix in ["", "_f16", "_bf16"] {
@@ -924,19 +930,7 @@ mod implicit_gemm_convolution {
             EmulatedDevice::with_tensor_cores(),
             ConvAlgorithm::ImplicitGemm,
         );
-        for precision in [Precision::Fp16, Precision::Bf16] {
-            let reference = HalfStorageCpu::new(CpuBackend::new(), precision).unwrap();
-            let results = crosscheck::check_convolutions(
-                &gpu.with_precision(precision),
-                &reference,
-                51,
-                Tolerances::sixteen_bit(precision),
-                &shapes,
-            )
-            .unwrap();
-            assert_eq!(results.len(), 3 * shapes.len());
-            assert_all_passed(precision.name(), &results);
-        }
+        check_in_sixteen_bits(&gpu, 51, &shapes);
     }
 
     #[test]
