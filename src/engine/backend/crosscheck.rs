@@ -136,6 +136,16 @@ struct Both<T: Backend, R: Backend> {
 }
 
 impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
+    fn new(test: &'a T, reference: &'a R, seed: u64, tol: Tolerances) -> Self {
+        Pair {
+            test,
+            reference,
+            rng: Rng::new(seed),
+            tol,
+            results: Vec::new(),
+        }
+    }
+
     fn random(&mut self, len: usize, scale: f32) -> Result<Both<T, R>> {
         let host: Vec<f32> = (0..len)
             .map(|_| (self.rng.next_f32() * 2.0 - 1.0) * scale)
@@ -534,13 +544,7 @@ pub fn check_ops<T: Backend, R: Backend>(
     seed: u64,
     tol: Tolerances,
 ) -> Result<Vec<OpComparison>> {
-    let mut pair = Pair {
-        test,
-        reference,
-        rng: Rng::new(seed),
-        tol,
-        results: Vec::new(),
-    };
+    let mut pair = Pair::new(test, reference, seed, tol);
     let conv = |batch, in_h, in_w, in_c, out_c, k, stride, padding| Conv2dParams {
         batch,
         in_h,
@@ -591,13 +595,7 @@ pub fn check_convolutions<T: Backend, R: Backend>(
     tol: Tolerances,
     shapes: &[(String, Conv2dParams)],
 ) -> Result<Vec<OpComparison>> {
-    let mut pair = Pair {
-        test,
-        reference,
-        rng: Rng::new(seed),
-        tol,
-        results: Vec::new(),
-    };
+    let mut pair = Pair::new(test, reference, seed, tol);
     for (label, p) in shapes {
         pair.conv(label, *p)?;
     }
