@@ -4,13 +4,14 @@
 //! processes it started; a worker killed outright taking the benchmark's processes with
 //! it; and a command the config does not name refused.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tinyperf::agent::config::Config;
-use tinyperf::agent::{start_core, AgentOptions};
 use tinyperf::api::http::serve;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -23,10 +24,9 @@ const IO_LIMIT: Duration = Duration::from_secs(30);
 async fn start(dir: &Path, benchmarks: &[(&str, Value)]) -> SocketAddr {
     let state_dir = dir.join("state");
     std::fs::create_dir_all(state_dir.join("runs")).unwrap();
-    let root = dir.join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    let handle = start_core(&AgentOptions {
-        config: Config {
+    let handle = common::core_in(
+        dir,
+        Config {
             state_dir,
             cancel_grace: Duration::from_secs(2),
             benchmarks: benchmarks
@@ -35,10 +35,7 @@ async fn start(dir: &Path, benchmarks: &[(&str, Value)]) -> SocketAddr {
                 .collect(),
             ..Config::default()
         },
-        worker_exe: PathBuf::from(env!("CARGO_BIN_EXE_tinyperf")),
-        root,
-    })
-    .unwrap();
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve(handle, listener, Some(TOKEN.to_string())));

@@ -2,6 +2,8 @@
 //! with a real store on disk and real `tinyperf run` workers; requests are raw HTTP/1.1
 //! over TCP (so odd paths reach the server exactly as written) and, in places, curl.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tinyperf::agent::config::Config;
-use tinyperf::agent::{start_core, AgentHandle, AgentOptions};
+use tinyperf::agent::AgentHandle;
 use tinyperf::api::http::{serve, serve_with, Limits};
 use tinyperf::record::{Metric, RunRecord, RunState, StageResult, Trigger, Verdict};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -38,19 +40,12 @@ async fn start_server(
     let state_dir = dir.path().join("state");
     std::fs::create_dir_all(state_dir.join("runs")).unwrap();
     seed(&state_dir);
-    let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
     let config = Config {
         state_dir: state_dir.clone(),
         cancel_grace: Duration::from_secs(2),
         ..Config::default()
     };
-    let handle = start_core(&AgentOptions {
-        config,
-        worker_exe: PathBuf::from(env!("CARGO_BIN_EXE_tinyperf")),
-        root,
-    })
-    .unwrap();
+    let handle = common::core_in(dir.path(), config);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let token = token.map(String::from);

@@ -3,14 +3,15 @@
 //! never read, event streams that stop reading, refused streams, and one address
 //! taking every slot. `/healthz` keeps answering throughout.
 
+mod common;
+
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tinyperf::agent::config::Config;
-use tinyperf::agent::{start_core, AgentHandle, AgentOptions};
+use tinyperf::agent::AgentHandle;
 use tinyperf::api::http::{serve_with, Limits};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
@@ -26,17 +27,13 @@ struct Server {
 
 async fn start(limits: Limits) -> Server {
     let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    let handle = start_core(&AgentOptions {
-        config: Config {
+    let handle = common::core_in(
+        dir.path(),
+        Config {
             state_dir: dir.path().join("state"),
             ..Config::default()
         },
-        worker_exe: PathBuf::from(env!("CARGO_BIN_EXE_tinyperf")),
-        root,
-    })
-    .unwrap();
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve_with(handle.clone(), listener, None, limits));

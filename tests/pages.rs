@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tinyperf::agent::config::Config;
-use tinyperf::agent::{start_core, AgentHandle, AgentOptions};
+use tinyperf::agent::AgentHandle;
 use tinyperf::api::http::{serve_priced, Limits, Prices};
 use tinyperf::record::{Check, Metric, RunRecord, RunState, StageResult, Trigger, Verdict};
 use tinyperf::runtime::telemetry::csv::HEADER;
@@ -33,17 +33,13 @@ async fn start(seed: impl FnOnce(&Path), prices: Prices) -> Server {
     let state_dir = dir.path().join("state");
     std::fs::create_dir_all(state_dir.join("runs")).unwrap();
     seed(&state_dir);
-    let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    let handle = start_core(&AgentOptions {
-        config: Config {
+    let handle = common::core_in(
+        dir.path(),
+        Config {
             state_dir,
             ..Config::default()
         },
-        worker_exe: PathBuf::from(env!("CARGO_BIN_EXE_tinyperf")),
-        root,
-    })
-    .unwrap();
+    );
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serve_priced(

@@ -17,6 +17,22 @@ pub fn tinyperf_exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tinyperf"))
 }
 
+/// The agent core in this process with `config`, an empty hardware root under `dir`,
+/// and the `tinyperf` binary cargo built as its worker.
+pub fn core_in(
+    dir: &Path,
+    config: tinyperf::agent::config::Config,
+) -> tinyperf::agent::AgentHandle {
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    tinyperf::agent::start_core(&tinyperf::agent::AgentOptions {
+        config,
+        worker_exe: tinyperf_exe(),
+        root,
+    })
+    .unwrap()
+}
+
 /// A private session bus, killed on drop.
 pub struct Bus {
     pub address: String,
