@@ -8,6 +8,7 @@ pub mod package;
 pub mod power_log;
 pub mod score;
 pub mod source;
+pub mod system_desc;
 
 use std::path::{Path, PathBuf};
 

@@ -12,13 +12,12 @@ use serde_json::Value;
 
 use super::log::MlLogText;
 use super::score::RESULTS_NEEDED;
+use super::system_desc::{system_description, SoftwareStack, STATUS_ON_PREMISE, SYSTEM_DESC_FILE};
 use crate::engine::mllog::Division;
-use crate::suite::system_desc::{system_description, SoftwareStack, STATUS_ON_PREMISE};
 
 /// A run folder's files.
 pub const RECORD_FILE: &str = "run.json";
 pub const MLLOG_FILE: &str = "mllog.txt";
-pub const SYSTEM_DESC_FILE: &str = "system_desc.json";
 /// The run's MLPerf power log (one node), when power was measured.
 pub const POWER_FILE: &str = "power.txt";
 

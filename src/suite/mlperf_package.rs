@@ -21,7 +21,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         );
     };
     let hardware = ctx.hardware.clone().unwrap_or(Value::Null);
-    let platform = super::system_desc::submission_platform(&hardware);
+    let platform = crate::mlperf::system_desc::submission_platform(&hardware);
     let out_dir = run_dir.join(FOLDER);
     if let Err(e) = std::fs::create_dir_all(&out_dir) {
         return report.finish_as(

@@ -65,6 +65,5 @@ pub mod mlperf_resnet;
 pub mod runner;
 pub mod smoke;
 pub mod stage;
-pub mod system_desc;
 pub mod train_throughput;
 pub mod training;

@@ -10,7 +10,6 @@ use serde_json::{Map, Value};
 use super::event::{TrainPoint, TrainPointKind, WorkerEvent};
 use super::gpu_devices::GpuChoice;
 use super::stage::{StageContext, StageReport};
-use super::system_desc::{submission_platform, system_description, SoftwareStack};
 use crate::engine::backend::half_storage::HalfStorageCpu;
 use crate::engine::data::{Dataset, Loader, LoaderConfig};
 use crate::engine::mllog::{drop_page_cache, Division, MlLog, MlLogError, Submission};
@@ -24,10 +23,12 @@ use crate::engine::train::{
 };
 use crate::engine::{Backend, CpuBackend};
 use crate::mlperf::power_log::{PowerLog, PowerLogOutcome};
+use crate::mlperf::system_desc::{
+    submission_platform, system_description, SoftwareStack, SYSTEM_DESC_FILE,
+};
 use crate::record::{Check, StageResult, Verdict};
 
 pub const MLLOG_FILE: &str = "mllog.txt";
-pub const SYSTEM_DESC_FILE: &str = "system_desc.json";
 
 /// The recipe a training suite runs with `options` applied: the smoke preset for
 /// `smoke`, the v4.0 reference otherwise.

@@ -10,6 +10,9 @@ use serde_json::{json, Map, Value};
 
 use crate::engine::mllog::Division;
 
+/// The system description's file in a run folder, beside the run's MLLOG.
+pub const SYSTEM_DESC_FILE: &str = "system_desc.json";
+
 /// The availability the checker accepts for a box the submitter owns and runs.
 pub const STATUS_ON_PREMISE: &str = "Available on-premise";
 
