@@ -10,7 +10,7 @@ use tinyperf::engine::mllog::{
     drop_page_cache_via, keys, CacheFlush, Division, MlLog, MlLogError, RunConfig, RunStatus,
     Submission, SUBMITTER,
 };
-use tinyperf::suite::system_desc::{submission_platform, system_description, SoftwareStack};
+use tinyperf::mlperf::system_desc::{submission_platform, system_description, SoftwareStack};
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
-use super::handle::AgentState;
 use super::live::TimedSample;
+use super::status::AgentState;
 use crate::record::{RunState, Verdict};
 use crate::suite::event::TrainPoint;
 

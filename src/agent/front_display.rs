@@ -16,7 +16,8 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::{timeout, Instant};
 
 use super::events::AgentEvent;
-use super::handle::{AgentHandle, AgentState, StatusSnapshot};
+use super::handle::AgentHandle;
+use super::status::{AgentState, StatusSnapshot};
 use crate::record::RunBrief;
 
 /// How long connecting to the display and writing one command may take.

@@ -1,123 +1,19 @@
 //! The agent as the D-Bus and HTTP front ends see it: a cheap, cloneable handle with
 //! reads that answer at once and writes that go through the run supervisor.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use chrono::{DateTime, Utc};
-use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use super::error::AgentError;
 use super::events::AgentEvent;
-use super::supervisor::Command;
+use super::live::LiveRun;
+use super::messages::Command;
+use super::status::{Counters, HardwareView, StatusSnapshot};
 use crate::record::store::{Artifact, ReadError, Store};
 use crate::record::writer::RecordWriter;
 use crate::record::{RunBrief, RunRecord, Trigger};
-
-/// Errors the front ends turn into named D-Bus errors and HTTP status codes.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AgentError {
-    #[error("a run is already in progress: {0}")]
-    Busy(String),
-    #[error("no run with id {}", crate::echo::quoted(.0))]
-    NotFound(String),
-    /// The run exists but lacks the file asked for; the message names both.
-    #[error("{0}")]
-    MissingFile(String),
-    #[error("invalid arguments: {0}")]
-    InvalidArgs(String),
-    /// A record or file too large to be served whole.
-    #[error("{0}")]
-    TooLarge(String),
-    /// Not enough free space to start a run.
-    #[error("{0}")]
-    NoSpace(String),
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl From<ReadError> for AgentError {
-    fn from(e: ReadError) -> Self {
-        match e {
-            ReadError::InvalidId(id) => {
-                AgentError::InvalidArgs(format!("invalid run id {}", crate::echo::quoted(&id)))
-            }
-            ReadError::NotFound(id) => AgentError::NotFound(id),
-            e @ ReadError::MissingFile { .. } => AgentError::MissingFile(e.to_string()),
-            e @ ReadError::TooLarge { .. } => AgentError::TooLarge(e.to_string()),
-            ReadError::Unreadable(reason) => AgentError::Internal(reason),
-        }
-    }
-}
-
-impl AgentError {
-    /// A stable machine-readable code: `busy`, `not_found`, `invalid_args`,
-    /// `too_large`, `no_space`, `internal`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            AgentError::Busy(_) => "busy",
-            AgentError::NotFound(_) | AgentError::MissingFile(_) => "not_found",
-            AgentError::InvalidArgs(_) => "invalid_args",
-            AgentError::TooLarge(_) => "too_large",
-            AgentError::NoSpace(_) => "no_space",
-            AgentError::Internal(_) => "internal",
-        }
-    }
-}
-
-/// Whether a run is in progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AgentState {
-    Idle,
-    Running,
-}
-
-impl AgentState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentState::Idle => "idle",
-            AgentState::Running => "running",
-        }
-    }
-}
-
-/// What the agent is doing, as `GET /api/v1/status` and the D-Bus properties show it.
-#[derive(Debug, Clone, Serialize)]
-pub struct StatusSnapshot {
-    pub state: AgentState,
-    pub current_run: Option<String>,
-    pub current_suite: Option<String>,
-    pub current_stage: Option<String>,
-    /// Progress of the current run, 0..1; 0 when idle.
-    pub progress: f64,
-    pub last_run: Option<RunBrief>,
-    /// Runs whose record the disk has not taken yet (a full state directory); the
-    /// agent keeps them in memory and keeps trying.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unsaved_runs: Vec<String>,
-    pub sku: String,
-    pub version: String,
-    pub agent_started_at: DateTime<Utc>,
-}
-
-/// Totals since the agent started, for `/metrics`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Counters {
-    pub runs_started: u64,
-    /// Finished runs by final state (`passed`, `failed`, …).
-    pub runs_finished: BTreeMap<String, u64>,
-    /// Records in the store that could not be read and were skipped.
-    pub store_records_skipped: u64,
-}
-
-/// The hardware as last scanned: the inventory JSON and the SKU it was judged as.
-#[derive(Debug, Clone)]
-pub struct HardwareView {
-    pub json: Value,
-    pub sku: String,
-}
 
 pub(super) struct Shared {
     pub store: Arc<Store>,
@@ -127,7 +23,7 @@ pub(super) struct Shared {
     pub status: RwLock<StatusSnapshot>,
     pub hardware: RwLock<HardwareView>,
     pub counters: RwLock<Counters>,
-    pub live: RwLock<super::live::LiveRun>,
+    pub live: RwLock<LiveRun>,
     pub events: broadcast::Sender<AgentEvent>,
     pub commands: mpsc::Sender<Command>,
 }
@@ -170,12 +66,12 @@ impl AgentHandle {
 
     /// The live figures of the run in progress (or of the last run, marked not
     /// running, until the next starts).
-    pub fn live(&self) -> super::live::LiveRun {
+    pub fn live(&self) -> LiveRun {
         read(&self.shared.live).clone()
     }
 
     /// Reads the live figures in place, for a reader that needs only part of them.
-    pub fn with_live<T>(&self, reader: impl FnOnce(&super::live::LiveRun) -> T) -> T {
+    pub fn with_live<T>(&self, reader: impl FnOnce(&LiveRun) -> T) -> T {
         reader(&read(&self.shared.live))
     }
 

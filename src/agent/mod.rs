@@ -2,18 +2,21 @@
 //! watchdog, and event fan-out; the front ends in `api` attach to its handle.
 
 pub mod config;
+pub mod error;
 pub mod events;
 pub mod front_display;
 pub mod handle;
 pub mod live;
+pub mod messages;
 pub mod notify;
 pub mod session;
 pub mod state;
+pub mod status;
 pub mod supervisor;
 pub mod watchdog;
 pub mod worker;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use anyhow::Context;
@@ -22,12 +25,14 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::{info, warn};
 
 pub use crate::record::RunBrief;
-pub use handle::{AgentError, AgentHandle, AgentState, StatusSnapshot};
+pub use error::AgentError;
+pub use handle::AgentHandle;
+pub use status::{AgentState, Counters, HardwareView, StatusSnapshot};
 
 use crate::record::store::{Store, StoreOptions};
 use crate::record::writer::{RecordWriter, DEFAULT_RETRY_INTERVAL};
 use config::Config;
-use handle::{Counters, HardwareView, Shared};
+use handle::Shared;
 use supervisor::{Supervisor, SupervisorConfig};
 
 /// How the agent was asked to run, after the configuration file and the flags.
@@ -38,15 +43,6 @@ pub struct AgentOptions {
     pub worker_exe: PathBuf,
     /// Root of the sysfs/procfs tree to inventory.
     pub root: PathBuf,
-}
-
-/// Takes the inventory and judges the box, as the agent shows it.
-pub fn scan_hardware(root: &Path, sku: Option<&str>) -> HardwareView {
-    let report = crate::inventory::take(root, sku, true);
-    HardwareView {
-        sku: report.sku_name().to_string(),
-        json: serde_json::to_value(&report).unwrap_or_default(),
-    }
 }
 
 /// Builds the agent's core: store (its index read, interrupted runs marked), record
@@ -73,7 +69,7 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
     let store = Arc::new(store);
     let writer = RecordWriter::start(store.clone(), DEFAULT_RETRY_INTERVAL)
         .context("cannot start the record writer")?;
-    let hardware = scan_hardware(&options.root, config.sku.as_deref());
+    let hardware = HardwareView::scan(&options.root, config.sku.as_deref());
     info!(sku = %hardware.sku, runs = store.len(), "inventory taken");
     let status = StatusSnapshot {
         state: AgentState::Idle,

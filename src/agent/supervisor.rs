@@ -6,40 +6,25 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use super::error::AgentError;
 use super::events::AgentEvent;
-use super::handle::{blocking, read, write, AgentError, AgentState, Shared};
+use super::handle::{blocking, read, write, Shared};
 use super::live::TimedSample;
+use super::messages::{Command, WorkerMessage};
 use super::state::{Input, SupervisorState, TransitionError};
+use super::status::{AgentState, HardwareView};
 use super::watchdog::Watchdog;
-use super::worker::{self, WorkerControl, WorkerMessage, WorkerSpec};
+use super::worker::{self, WorkerControl, WorkerSpec};
 use crate::engine::data::synth_cache;
 use crate::record::files;
 use crate::record::store::Artifact;
 use crate::record::{RunRecord, RunState, Trigger};
 use crate::suite::event::WorkerEvent;
 use crate::suite::options;
-
-/// Requests to the supervisor.
-pub enum Command {
-    Start {
-        suite: String,
-        options: Map<String, Value>,
-        trigger: Trigger,
-        reply: oneshot::Sender<Result<String, AgentError>>,
-    },
-    Cancel {
-        run_id: String,
-        reply: oneshot::Sender<Result<(), AgentError>>,
-    },
-    Rescan {
-        reply: oneshot::Sender<Result<Value, AgentError>>,
-    },
-    Worker(WorkerMessage),
-}
 
 /// What the supervisor needs to start workers and take inventory.
 #[derive(Debug, Clone)]
@@ -571,7 +556,7 @@ pub(super) async fn rescan(
 ) -> Result<Value, AgentError> {
     let root = config.root.clone();
     let sku = config.sku.clone();
-    let view = tokio::task::spawn_blocking(move || super::scan_hardware(&root, sku.as_deref()))
+    let view = tokio::task::spawn_blocking(move || HardwareView::scan(&root, sku.as_deref()))
         .await
         .map_err(|e| AgentError::Internal(format!("inventory scan failed: {e}")))?;
     let json = view.json.clone();

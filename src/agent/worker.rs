@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
-use super::supervisor::Command;
+use super::messages::{Command, WorkerMessage};
 use crate::suite::event::WorkerEvent;
 
 /// How to start a worker.
@@ -26,20 +26,6 @@ pub struct WorkerSpec {
     pub args: Vec<OsString>,
     pub run_dir: PathBuf,
     pub grace: Duration,
-}
-
-/// What the worker tells the supervisor.
-#[derive(Debug)]
-pub enum WorkerMessage {
-    Event {
-        run_id: String,
-        event: WorkerEvent,
-    },
-    Exited {
-        run_id: String,
-        outcome: String,
-        success: bool,
-    },
 }
 
 /// The supervisor's hold on a running worker.

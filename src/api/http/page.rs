@@ -17,8 +17,8 @@ use super::page_svg::{self, Series, SvgFigure};
 use super::page_text::{
     ago, duration_text, field_text, label, number, seconds_between, value_text,
 };
-use crate::agent::handle::{AgentState, StatusSnapshot};
 use crate::agent::live::LiveRun;
+use crate::agent::{AgentState, StatusSnapshot};
 use crate::record::{RunBrief, RunRecord, Verdict};
 use crate::suite::event::TrainPointKind;
 

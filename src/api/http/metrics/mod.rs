@@ -19,8 +19,8 @@ use std::sync::Arc;
 use chrono::Utc;
 use serde_json::Value;
 
-use crate::agent::handle::{AgentState, Counters, StatusSnapshot};
 use crate::agent::live::TimedSample;
+use crate::agent::{AgentState, Counters, StatusSnapshot};
 use crate::record::{LatestResults, RunRecord, RunState};
 
 use exposition::{bool_value, Exposition, Kind};
@@ -148,7 +148,7 @@ pub fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::handle::StatusSnapshot;
+    use crate::agent::StatusSnapshot;
     use crate::record::{Check, Metric, RunBrief, StageResult, Trigger, Verdict};
     use crate::runtime::telemetry::{GpuSample, TelemetrySample, Temperature, ThrottleReason};
 

@@ -1,0 +1,55 @@
+//! The agent's errors, which the front ends turn into named D-Bus errors and HTTP
+//! status codes.
+
+use crate::record::store::ReadError;
+
+/// Errors the front ends turn into named D-Bus errors and HTTP status codes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    #[error("a run is already in progress: {0}")]
+    Busy(String),
+    #[error("no run with id {}", crate::echo::quoted(.0))]
+    NotFound(String),
+    /// The run exists but lacks the file asked for; the message names both.
+    #[error("{0}")]
+    MissingFile(String),
+    #[error("invalid arguments: {0}")]
+    InvalidArgs(String),
+    /// A record or file too large to be served whole.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Not enough free space to start a run.
+    #[error("{0}")]
+    NoSpace(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<ReadError> for AgentError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::InvalidId(id) => {
+                AgentError::InvalidArgs(format!("invalid run id {}", crate::echo::quoted(&id)))
+            }
+            ReadError::NotFound(id) => AgentError::NotFound(id),
+            e @ ReadError::MissingFile { .. } => AgentError::MissingFile(e.to_string()),
+            e @ ReadError::TooLarge { .. } => AgentError::TooLarge(e.to_string()),
+            ReadError::Unreadable(reason) => AgentError::Internal(reason),
+        }
+    }
+}
+
+impl AgentError {
+    /// A stable machine-readable code: `busy`, `not_found`, `invalid_args`,
+    /// `too_large`, `no_space`, `internal`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AgentError::Busy(_) => "busy",
+            AgentError::NotFound(_) | AgentError::MissingFile(_) => "not_found",
+            AgentError::InvalidArgs(_) => "invalid_args",
+            AgentError::TooLarge(_) => "too_large",
+            AgentError::NoSpace(_) => "no_space",
+            AgentError::Internal(_) => "internal",
+        }
+    }
+}
