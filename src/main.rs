@@ -16,8 +16,8 @@ fn main() -> ExitCode {
     init_logging(matches!(cli.command, Command::Agent(_)));
     let result = match cli.command {
         Command::Detect(args) => detect(&args),
-        Command::Run(args) => tinyperf::suite::runner::main(&args),
-        Command::Health(args) => tinyperf::suite::runner::health(args),
+        Command::Run(args) => tinyperf::cli::run::main(&args),
+        Command::Health(args) => tinyperf::cli::run::health(args),
         Command::Agent(args) => runtime().and_then(|rt| rt.block_on(agent(args))),
         Command::Start(args) => runtime().and_then(|rt| rt.block_on(client::start(&args))),
         Command::Cancel(args) => runtime().and_then(|rt| rt.block_on(client::cancel(&args))),

@@ -117,7 +117,7 @@ impl Default for Config {
             http_idle_timeout: Duration::from_secs_f64(DEFAULT_HTTP_IDLE_TIMEOUT_S),
             http_send_timeout: Duration::from_secs_f64(DEFAULT_HTTP_SEND_TIMEOUT_S),
             min_free_space_bytes: DEFAULT_MIN_FREE_SPACE_MB * MIB,
-            dataset_cache_bytes: crate::engine::data::synth_cache::DEFAULT_BUDGET_BYTES,
+            dataset_cache_bytes: crate::suite::plan::DEFAULT_CACHE_BUDGET_BYTES,
             benchmarks: std::collections::BTreeMap::new(),
             box_price_usd: None,
             electricity_usd_per_kwh: DEFAULT_ELECTRICITY_USD_PER_KWH,
@@ -193,7 +193,7 @@ impl Config {
             else {
                 return Err(invalid("boot_options must be a table".into()));
             };
-            crate::suite::validate(suite, &options)
+            crate::suite::plan::check_options(suite, &options)
                 .map_err(|e| invalid(format!("boot_options: {e}")))?;
             config.boot_options = options;
         }

@@ -19,12 +19,11 @@ use super::state::{Input, SupervisorState, TransitionError};
 use super::status::{AgentState, HardwareView};
 use super::watchdog::Watchdog;
 use super::worker::{self, WorkerControl, WorkerSpec};
-use crate::engine::data::synth_cache;
 use crate::record::files;
 use crate::record::store::Artifact;
 use crate::record::{RunRecord, RunState, Trigger};
 use crate::suite::event::WorkerEvent;
-use crate::suite::options;
+use crate::suite::plan::{self, RunPlan, Workspace};
 
 /// What the supervisor needs to start workers and take inventory.
 #[derive(Debug, Clone)]
@@ -137,7 +136,13 @@ impl Supervisor {
         } else {
             options
         };
-        crate::suite::validate(&suite, &options).map_err(AgentError::InvalidArgs)?;
+        let workspace = Workspace {
+            cache_dir: plan::cache_dir_for(Some(&self.config.state_dir), None),
+            cache_budget: self.config.dataset_cache,
+            imagenet: Some(self.config.dataset.clone()),
+        };
+        let plan = plan::preflight(&suite, options, workspace)
+            .map_err(|e| AgentError::InvalidArgs(e.to_string()))?;
         if let Some(current) = self.state.current_run() {
             return Err(AgentError::Busy(current.to_string()));
         }
@@ -148,9 +153,10 @@ impl Supervisor {
                 run_id: run_id.clone(),
             })
             .map_err(transition_error)?;
-        let mut record = RunRecord::new(run_id.clone(), suite.clone(), trigger, options);
+        let mut record =
+            RunRecord::new(run_id.clone(), suite.clone(), trigger, plan.options.clone());
         record.hardware = read(&self.shared.hardware).json.clone();
-        let needed = self.dataset_bytes_needed(&record)?;
+        let needed = plan.dataset_bytes_needed();
         let store = self.shared.store.clone();
         let first = record.clone();
         let (state_dir, reserve) = (self.config.state_dir.clone(), self.config.min_free_space);
@@ -172,7 +178,7 @@ impl Supervisor {
 
         let spec = WorkerSpec {
             exe: self.config.worker_exe.clone(),
-            args: self.worker_args(&record, &run_dir),
+            args: self.worker_args(&plan, &run_dir),
             run_dir,
             grace: self.config.grace,
         };
@@ -198,46 +204,22 @@ impl Supervisor {
         Ok(run_id)
     }
 
-    /// Bytes a run's generated dataset will add to the cache (0 when cached, or when
-    /// the run names a dataset); refuses one the cache's budget cannot hold.
-    fn dataset_bytes_needed(&self, record: &RunRecord) -> Result<u64, AgentError> {
-        if record.suite != "smoke" || record.options.contains_key(options::DATASET.key) {
-            return Ok(0);
-        }
-        let spec = crate::suite::smoke::synth_spec_of(&record.options);
-        synth_cache::check_fits(&spec, self.config.dataset_cache)
-            .map_err(AgentError::InvalidArgs)?;
-        let cache = crate::suite::runner::default_cache_dir(Some(&self.config.state_dir), None);
-        Ok(if synth_cache::is_cached(&cache, &spec) {
-            0
-        } else {
-            synth_cache::estimated_bytes(&spec)
-        })
-    }
-
-    fn worker_args(&self, record: &RunRecord, run_dir: &std::path::Path) -> Vec<OsString> {
+    /// The worker's command line: the checked plan, executed as it is.
+    fn worker_args(&self, plan: &RunPlan, run_dir: &std::path::Path) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             "run".into(),
-            record.suite.clone().into(),
             "--events".into(),
             "jsonl".into(),
             "--run-dir".into(),
             run_dir.into(),
             "--root".into(),
             self.config.root.clone().into(),
-            "--options-json".into(),
-            Value::Object(record.options.clone()).to_string().into(),
-            "--dataset-cache-mb".into(),
-            (self.config.dataset_cache >> 20).max(1).to_string().into(),
+            "--plan-json".into(),
+            serde_json::to_string(plan).unwrap_or_default().into(),
         ];
         if let Some(sku) = &self.config.sku {
             args.push("--sku".into());
             args.push(sku.into());
-        }
-        // The benchmark trains on the configured ImageNet unless the run names another.
-        if record.suite == "mlperf-resnet" && !record.options.contains_key("dataset") {
-            args.push("--dataset".into());
-            args.push(self.config.dataset.clone().into());
         }
         args
     }

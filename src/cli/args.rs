@@ -303,14 +303,23 @@ pub struct RunArgs {
     pub run_dir: Option<PathBuf>,
     /// Size budget of the generated datasets in the cache folder, in MiB; the least
     /// recently used go first, and one that cannot fit is refused.
-    #[arg(long, value_name = "MIB", default_value_t = crate::engine::data::synth_cache::DEFAULT_BUDGET_BYTES >> 20)]
+    #[arg(long, value_name = "MIB", default_value_t = crate::suite::plan::DEFAULT_CACHE_BUDGET_BYTES >> 20)]
     pub dataset_cache_mb: u64,
     /// Suite options as KEY=VALUE, repeatable.
     #[arg(long = "option", short = 'o', value_name = "KEY=VALUE")]
     pub options: Vec<String>,
-    /// Suite options as one JSON object (what the agent passes).
+    /// Suite options as one JSON object.
     #[arg(long, value_name = "JSON")]
     pub options_json: Option<String>,
+    /// The checked plan of the run, as the agent passes it to its worker: executed as
+    /// it is, without a suite or options of its own.
+    #[arg(
+        long,
+        value_name = "JSON",
+        hide = true,
+        conflicts_with_all = ["suite", "suite_flag", "dataset", "backend", "precision", "target_accuracy", "options", "options_json"]
+    )]
+    pub plan_json: Option<String>,
     /// Root of the sysfs/procfs tree to inventory.
     #[arg(long, default_value = "/")]
     pub root: PathBuf,

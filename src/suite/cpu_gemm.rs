@@ -129,9 +129,9 @@ pub fn usable_cpus() -> usize {
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut stage = StageReport::new(NAME);
-    let n = options::number(ctx.options, GEMM_SIZE, DEFAULT_SIZE as f64) as usize;
-    let seconds = options::number(ctx.options, GEMM_SECONDS, DEFAULT_SECONDS);
-    let min_fraction = options::number(ctx.options, GEMM_MIN_FRACTION, DEFAULT_MIN_FRACTION);
+    let n = options::number(ctx.options(), GEMM_SIZE, DEFAULT_SIZE as f64) as usize;
+    let seconds = options::number(ctx.options(), GEMM_SECONDS, DEFAULT_SECONDS);
+    let min_fraction = options::number(ctx.options(), GEMM_MIN_FRACTION, DEFAULT_MIN_FRACTION);
     let threads = usable_cpus();
 
     ctx.progress(0.0, Some(format!("{n}×{n} SGEMM on {threads} threads")));

@@ -30,7 +30,7 @@ pub const GRACE: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(100);
 
 /// The command's settings, from the suite's options.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExternalSpec {
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
@@ -211,9 +211,11 @@ fn stop_group(child: &mut Child) {
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let spec = match spec(ctx.options) {
-        Ok(s) => s,
-        Err(e) => return report.finish_as(Verdict::Error, Some(e)),
+    let Some(spec) = ctx.plan.external.clone() else {
+        return report.finish_as(
+            Verdict::Error,
+            Some("the run's plan has no external command".into()),
+        );
     };
     let Some(run_dir) = ctx.run_dir.clone() else {
         return report.finish_as(

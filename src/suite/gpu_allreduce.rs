@@ -25,9 +25,9 @@ pub fn collective_for(
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let bytes = (options::number(ctx.options, ALLREDUCE_MIB, DEFAULT_MIB as f64) as usize) << 20;
-    let min_busbw = options::number(ctx.options, ALLREDUCE_MIN_GBPS, FACTORY_MIN_BUSBW_GBPS);
-    let backends = match gpu_devices::open_for_stage(ctx.options) {
+    let bytes = (options::number(ctx.options(), ALLREDUCE_MIB, DEFAULT_MIB as f64) as usize) << 20;
+    let min_busbw = options::number(ctx.options(), ALLREDUCE_MIN_GBPS, FACTORY_MIN_BUSBW_GBPS);
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
         Ok(backends) => backends,
         Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };

@@ -15,8 +15,8 @@ const REPEATS: usize = 10;
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let bytes = (options::number(ctx.options, TRANSFER_MIB, DEFAULT_MIB as f64) as usize) << 20;
-    let backends = match gpu_devices::open_for_stage(ctx.options) {
+    let bytes = (options::number(ctx.options(), TRANSFER_MIB, DEFAULT_MIB as f64) as usize) << 20;
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
         Ok(backends) => backends,
         Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };

@@ -22,10 +22,10 @@ const SLOWDOWN_NOTE: f64 = 0.10;
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let n = options::number(ctx.options, GPU_GEMM_SIZE, DEFAULT_SIZE as f64) as usize;
-    let min_fraction = options::number(ctx.options, GPU_MIN_FRACTION, DEFAULT_MIN_FRACTION);
-    let seconds = options::number(ctx.options, GPU_GEMM_SECONDS, DEFAULT_SECONDS);
-    let backends = match gpu_devices::open_for_stage(ctx.options) {
+    let n = options::number(ctx.options(), GPU_GEMM_SIZE, DEFAULT_SIZE as f64) as usize;
+    let min_fraction = options::number(ctx.options(), GPU_MIN_FRACTION, DEFAULT_MIN_FRACTION);
+    let seconds = options::number(ctx.options(), GPU_GEMM_SECONDS, DEFAULT_SECONDS);
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
         Ok(backends) => backends,
         Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };

@@ -30,7 +30,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         );
     }
     let request = PackageRequest {
-        org: super::options::submitter(ctx.options).to_string(),
+        org: super::options::submitter(ctx.options()).to_string(),
         system: platform.clone(),
         division: None,
         out_dir,
@@ -38,7 +38,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         record: Some(json!({
             "id": run_dir.file_name().map(|n| n.to_string_lossy().to_string()),
             "suite": super::mlperf_resnet::NAME,
-            "options": ctx.options,
+            "options": ctx.options(),
             "hardware": hardware,
         })),
     };

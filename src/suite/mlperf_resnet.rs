@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::options::{self, DATASET, IMAGE_SIZE, LOADER_THREADS};
+use super::options::{self, IMAGE_SIZE, LOADER_THREADS};
+use super::plan::DatasetPlan;
 use super::stage::{StageContext, StageReport};
 use super::training::{self, TrainJob};
 use crate::engine::train::ModelChoice;
@@ -44,11 +45,14 @@ pub fn result_folder(n: u8) -> String {
 /// One training run; `nth` is its place among several, `None` for a single run.
 pub fn run(ctx: &mut StageContext<'_>, nth: Option<u8>) -> StageResult {
     let name = nth.map_or(NAME, run_name);
-    let recipe = match training::recipe_for(NAME, ctx.options) {
-        Ok(r) => r,
-        Err(e) => return StageReport::new(name).finish_as(Verdict::Error, Some(e.to_string())),
+    let Some(recipe) = ctx.plan.recipe.clone() else {
+        return StageReport::new(name)
+            .finish_as(Verdict::Error, Some("the run's plan has no recipe".into()));
     };
-    let dataset = PathBuf::from(options::text(ctx.options, DATASET).unwrap_or(DEFAULT_DATASET));
+    let dataset = match &ctx.plan.dataset {
+        DatasetPlan::Folder { path } => path.clone(),
+        _ => PathBuf::from(DEFAULT_DATASET),
+    };
     if !dataset.exists() {
         return StageReport::new(name).finish_as(
             Verdict::Error,
@@ -59,7 +63,7 @@ pub fn run(ctx: &mut StageContext<'_>, nth: Option<u8>) -> StageResult {
             )),
         );
     }
-    let image_size = options::number(ctx.options, IMAGE_SIZE, IMAGE_SIDE as f64) as usize;
+    let image_size = options::number(ctx.options(), IMAGE_SIZE, IMAGE_SIDE as f64) as usize;
     let job = TrainJob {
         stage: name,
         result_folder: nth.map(result_folder),
@@ -68,7 +72,7 @@ pub fn run(ctx: &mut StageContext<'_>, nth: Option<u8>) -> StageResult {
         model: ModelChoice::ResNet50,
         image_size,
         loader_threads: ctx
-            .options
+            .options()
             .get(LOADER_THREADS.key)
             .and_then(|v| v.as_u64())
             .map(|t| t as usize),

@@ -5,8 +5,8 @@ pub mod epoch_log;
 pub mod event;
 pub mod option_schema;
 pub mod options;
-
-use serde_json::{Map, Value};
+pub mod plan;
+pub mod request;
 
 /// Suites this build can run.
 pub const SUITES: &[&str] = &[
@@ -25,30 +25,6 @@ pub fn is_known_suite(name: &str) -> bool {
     SUITES.contains(&name)
 }
 
-/// Checks that `suite` exists and takes `options`.
-pub fn validate(suite: &str, options: &Map<String, Value>) -> Result<(), String> {
-    if NOT_IMPLEMENTED_SUITES.contains(&suite) {
-        return Err(format!(
-            "suite {suite} is not implemented in this build (available: {})",
-            SUITES.join(", ")
-        ));
-    }
-    if !is_known_suite(suite) {
-        return Err(format!(
-            "unknown suite {} (available: {})",
-            crate::echo::quoted(suite),
-            SUITES.join(", ")
-        ));
-    }
-    if suite == external::NAME {
-        return external::spec(options).map(|_| ());
-    }
-    options::validate(suite, options)?;
-    if options::takes_recipe(suite) {
-        training::recipe_for(suite, options).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
 pub mod cpu_gemm;
 pub mod cpu_peak;
 pub mod external;
@@ -60,6 +36,7 @@ pub mod gpu_p2p;
 pub mod health;
 pub mod human;
 pub mod inventory_stage;
+pub mod jsonl;
 pub mod mlperf_package;
 pub mod mlperf_resnet;
 pub mod runner;
@@ -67,3 +44,4 @@ pub mod smoke;
 pub mod stage;
 pub mod train_throughput;
 pub mod training;
+pub mod worker;

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use serde_json::{Map, Value};
 
 use super::options::{
-    self, DATASET, IMAGE_SIZE, LOADER_THREADS, MODEL, SYNTH_CLASSES, SYNTH_PER_CLASS, SYNTH_SIZE,
+    self, IMAGE_SIZE, LOADER_THREADS, MODEL, SYNTH_CLASSES, SYNTH_PER_CLASS, SYNTH_SIZE,
     SYNTH_VAL_PER_CLASS,
 };
+use super::plan::DatasetPlan;
 use super::stage::{StageContext, StageReport};
 use super::training::{self, TrainJob};
 use crate::engine::data::{ensure_synth_dataset, synth_cache, SynthSpec};
@@ -94,11 +95,6 @@ pub fn fit_schedule(
     ))
 }
 
-/// The generated dataset the suite trains on unless told otherwise.
-pub fn synth_spec(ctx: &StageContext<'_>) -> SynthSpec {
-    synth_spec_of(ctx.options)
-}
-
 /// The generated dataset a run with `run_options` trains on, when it names no dataset.
 pub fn synth_spec_of(run_options: &serde_json::Map<String, serde_json::Value>) -> SynthSpec {
     let d = SynthSpec::default();
@@ -112,50 +108,49 @@ pub fn synth_spec_of(run_options: &serde_json::Map<String, serde_json::Value>) -
     }
 }
 
+/// The generated dataset of `spec` in the run's cache folder, made on first use; older
+/// generated datasets go first when the cache's budget needs the room.
+fn generated_dataset(ctx: &mut StageContext<'_>, spec: &SynthSpec) -> Result<PathBuf, String> {
+    let workspace = &ctx.plan.workspace;
+    ctx.progress(
+        0.0,
+        Some(format!(
+            "preparing the generated dataset ({} classes × {} images) in {}",
+            spec.classes,
+            spec.per_class,
+            workspace.cache_dir.display()
+        )),
+    );
+    for removed in synth_cache::prune(
+        &workspace.cache_dir,
+        workspace.cache_budget,
+        synth_cache::estimated_bytes(spec),
+        spec,
+    ) {
+        tracing::info!(folder = %removed.display(), "removed a generated dataset to stay within the cache budget");
+    }
+    synth_cache::touch(&workspace.cache_dir, spec);
+    ensure_synth_dataset(&workspace.cache_dir, spec)
+        .map_err(|e| format!("cannot generate the smoke dataset: {e}"))
+}
+
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
-    let recipe = match training::recipe_for(NAME, ctx.options) {
-        Ok(r) => r,
-        Err(e) => {
-            return StageReport::new(NAME).finish_as(Verdict::Error, Some(format!("{e}")));
+    let Some(recipe) = ctx.plan.recipe.clone() else {
+        return StageReport::new(NAME)
+            .finish_as(Verdict::Error, Some("the run's plan has no recipe".into()));
+    };
+    let dataset = match &ctx.plan.dataset {
+        DatasetPlan::Folder { path } => path.clone(),
+        DatasetPlan::Generated { spec, .. } => match generated_dataset(ctx, spec) {
+            Ok(root) => root,
+            Err(message) => return StageReport::new(NAME).finish_as(Verdict::Error, Some(message)),
+        },
+        DatasetPlan::None => {
+            return StageReport::new(NAME)
+                .finish_as(Verdict::Error, Some("the run's plan has no dataset".into()))
         }
     };
-    let dataset = match options::text(ctx.options, DATASET) {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let spec = synth_spec(ctx);
-            ctx.progress(
-                0.0,
-                Some(format!(
-                    "preparing the generated dataset ({} classes × {} images) in {}",
-                    spec.classes,
-                    spec.per_class,
-                    ctx.cache_dir.display()
-                )),
-            );
-            if let Err(e) = synth_cache::check_fits(&spec, ctx.cache_budget) {
-                return StageReport::new(NAME).finish_as(Verdict::Error, Some(e));
-            }
-            for removed in synth_cache::prune(
-                &ctx.cache_dir,
-                ctx.cache_budget,
-                synth_cache::estimated_bytes(&spec),
-                &spec,
-            ) {
-                tracing::info!(folder = %removed.display(), "removed a generated dataset to stay within the cache budget");
-            }
-            synth_cache::touch(&ctx.cache_dir, &spec);
-            match ensure_synth_dataset(&ctx.cache_dir, &spec) {
-                Ok(root) => root,
-                Err(e) => {
-                    return StageReport::new(NAME).finish_as(
-                        Verdict::Error,
-                        Some(format!("cannot generate the smoke dataset: {e}")),
-                    )
-                }
-            }
-        }
-    };
-    let model = options::text(ctx.options, MODEL)
+    let model = options::text(ctx.options(), MODEL)
         .and_then(ModelChoice::parse)
         .unwrap_or(DEFAULT_MODEL);
     let job = TrainJob {
@@ -164,9 +159,9 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         dataset,
         recipe,
         model,
-        image_size: options::number(ctx.options, IMAGE_SIZE, DEFAULT_IMAGE_SIZE as f64) as usize,
+        image_size: options::number(ctx.options(), IMAGE_SIZE, DEFAULT_IMAGE_SIZE as f64) as usize,
         loader_threads: ctx
-            .options
+            .options()
             .get(LOADER_THREADS.key)
             .and_then(|v| v.as_u64())
             .map(|t| t as usize),

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::event::WorkerEvent;
+use super::plan::RunPlan;
 use crate::record::{Check, Metric, StageResult, Verdict};
 
 /// A stage's view of the run.
@@ -14,14 +15,11 @@ pub struct StageContext<'a> {
     /// Root of the sysfs/procfs tree to inventory.
     pub root: PathBuf,
     pub sku: Option<String>,
-    pub options: &'a Map<String, Value>,
+    /// The run's checked plan: its options, recipe, dataset and workspace.
+    pub plan: &'a RunPlan,
     /// Where the run's files go (`mllog.txt`, `system_desc.json`); `None` when the run
     /// is not recorded, and a stage that writes files picks a temporary folder.
     pub run_dir: Option<PathBuf>,
-    /// Where generated datasets are kept between runs, and how many bytes they may
-    /// take there together.
-    pub cache_dir: PathBuf,
-    pub cache_budget: u64,
     /// The inventory an earlier stage of this run took, as JSON.
     pub hardware: Option<Value>,
     pub cancel: &'a AtomicBool,
@@ -36,7 +34,12 @@ pub struct StageContext<'a> {
     pub stage_name: &'static str,
 }
 
-impl StageContext<'_> {
+impl<'a> StageContext<'a> {
+    /// The run's options, as checked by the preflight.
+    pub fn options(&self) -> &'a Map<String, Value> {
+        &self.plan.options
+    }
+
     pub fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
@@ -115,7 +118,12 @@ mod tests {
     #[test]
     fn a_stage_moves_the_runs_progress_only_forward_within_its_span() {
         let cancel = AtomicBool::new(false);
-        let options = Map::new();
+        let plan = crate::suite::plan::preflight(
+            "inventory",
+            Map::new(),
+            crate::suite::plan::Workspace::for_run(None, None),
+        )
+        .unwrap();
         let mut seen = Vec::new();
         let mut emit = |event: WorkerEvent| {
             if let WorkerEvent::Progress { progress, .. } = event {
@@ -125,10 +133,8 @@ mod tests {
         let mut ctx = StageContext {
             root: PathBuf::from("/"),
             sku: None,
-            options: &options,
+            plan: &plan,
             run_dir: None,
-            cache_dir: PathBuf::from("/nonexistent"),
-            cache_budget: 0,
             hardware: None,
             cancel: &cancel,
             emit: &mut emit,

@@ -182,12 +182,12 @@ const MEMORY_HEADROOM_SHARE: f64 = 0.9;
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let choice = match gpu_devices::open(ctx.options) {
+    let choice = match gpu_devices::open(ctx.options()) {
         Ok(c) => c,
         Err(e) => return report.finish_as(Verdict::Error, Some(e)),
     };
     let on_gpu = matches!(choice, GpuChoice::Gpus { .. });
-    let n = |spec, default: usize| options::number(ctx.options, spec, default as f64) as usize;
+    let n = |spec, default: usize| options::number(ctx.options(), spec, default as f64) as usize;
     let (steps, warmup, batch) = if on_gpu {
         (
             n(TRAIN_STEPS, GPU_DEFAULT_STEPS),
@@ -203,7 +203,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     };
     let image_size = n(TRAIN_IMAGE_SIZE, IMAGE_SIDE);
     let recipe = Recipe::mlperf();
-    let precision = options::precision(ctx.options);
+    let precision = options::precision(ctx.options());
     let measured = match choice.with_precision(precision) {
         GpuChoice::Cpu { reason } if precision.is_reduced() => {
             report.findings.push(format!(

@@ -76,7 +76,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
     let mut report = StageReport::new(job.stage);
     // MLPerf wants every run of a result seeded apart (the package checker refuses a
     // seed logged twice from one line); a seed that was not asked for is drawn.
-    if !ctx.options.contains_key(SEED_OPTION) {
+    if !ctx.options().contains_key(SEED_OPTION) {
         match draw_seed() {
             Ok(seed) => {
                 job.recipe.seed = seed;
@@ -109,7 +109,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
     ));
     if let Some(fit) = job.fit_schedule {
         let classes = dataset.num_classes();
-        if let Some(finding) = fit(&mut job.recipe, classes, train_len, ctx.options) {
+        if let Some(finding) = fit(&mut job.recipe, classes, train_len, ctx.options()) {
             report.findings.push(finding);
         }
     }
@@ -126,7 +126,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
     };
     let hardware = hardware(ctx);
     let platform = submission_platform(&hardware);
-    let submitter = super::options::submitter(ctx.options).to_string();
+    let submitter = super::options::submitter(ctx.options()).to_string();
 
     let config = job.recipe.mllog_config(
         train_len as u64,
@@ -171,7 +171,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
         mllog_path: &mllog_path,
     };
     let precision = job.recipe.precision;
-    let devices = match super::gpu_devices::open(ctx.options) {
+    let devices = match super::gpu_devices::open(ctx.options()) {
         Ok(gpus @ GpuChoice::Gpus { .. }) if precision.is_reduced() => {
             report.findings.push(format!(
                 "{precision} mixed precision: activations, activation gradients and \

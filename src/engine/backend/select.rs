@@ -12,7 +12,8 @@ use super::gpu::driver::{DriverError, GpuDriver};
 use super::gpu::hip::{self, HipDriver};
 use super::gpu::GpuBackend;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// CUDA when it has a device, else HIP when it has one, else the CPU.
     #[default]

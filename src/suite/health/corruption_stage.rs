@@ -25,8 +25,8 @@ const GPU_SIZES: Sizes = Sizes {
 
 pub fn run(ctx: &mut StageContext<'_>, default_burn_seconds: f64) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let burn = options::number(ctx.options, BURN_SECONDS, default_burn_seconds);
-    let backends = match gpu_devices::open_for_stage(ctx.options) {
+    let burn = options::number(ctx.options(), BURN_SECONDS, default_burn_seconds);
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
         Ok(backends) => backends,
         Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };

@@ -45,8 +45,8 @@ fn growth(before: Option<&AerCounters>, after: Option<&AerCounters>) -> (u64, u6
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     report.findings.push(NOT_IMPLEMENTED.to_string());
-    let seconds = options::number(ctx.options, LINK_LOAD_SECONDS, DEFAULT_LOAD_SECONDS);
-    let backends = match gpu_devices::open_for_stage(ctx.options) {
+    let seconds = options::number(ctx.options(), LINK_LOAD_SECONDS, DEFAULT_LOAD_SECONDS);
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
         Ok(backends) => backends,
         Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };

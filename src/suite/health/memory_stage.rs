@@ -15,8 +15,8 @@ const CHUNK_BYTES: usize = 256 << 20;
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let fraction = options::number(ctx.options, MEMORY_FRACTION, DEFAULT_FRACTION);
-    let backends = match gpu_devices::open_for_stage(ctx.options) {
+    let fraction = options::number(ctx.options(), MEMORY_FRACTION, DEFAULT_FRACTION);
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
         Ok(backends) => backends,
         Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };

@@ -22,14 +22,14 @@ const MATMUL_SIZE: usize = 4096;
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let seconds = options::number(ctx.options, PULSE_SECONDS, 0.0);
+    let seconds = options::number(ctx.options(), PULSE_SECONDS, 0.0);
     if seconds <= 0.0 {
         return report.finish_as(
             Verdict::Skip,
             Some("off unless asked for: -o pulse_seconds=N".into()),
         );
     }
-    let backends = match gpu_devices::open_for_stage(ctx.options) {
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
         Ok(backends) => backends,
         Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };

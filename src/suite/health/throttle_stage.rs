@@ -65,8 +65,8 @@ fn is_trouble(reason: ThrottleReason) -> bool {
 
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let seconds = options::number(ctx.options, THROTTLE_SECONDS, DEFAULT_SECONDS);
-    let backends = match gpu_devices::open_for_stage(ctx.options) {
+    let seconds = options::number(ctx.options(), THROTTLE_SECONDS, DEFAULT_SECONDS);
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
         Ok(backends) => backends,
         Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
     };
