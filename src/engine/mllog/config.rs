@@ -6,7 +6,7 @@ use super::keys;
 /// `submission_division`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Division {
-    /// Fixed model and constrained recipe; the division a result is ranked in.
+    /// The reference model with a constrained recipe, so results compare across systems.
     Closed,
     /// Any model and recipe.
     Open,
@@ -37,7 +37,7 @@ pub enum SubmissionStatus {
     OnPremise,
     /// Available to rent in a cloud (`cloud`).
     Cloud,
-    /// Not yet available, to be by a later round (`preview`).
+    /// Not yet available, to be by the next round (`preview`).
     Preview,
     /// Research, development or internal (`research`).
     Research,

@@ -94,7 +94,7 @@ pub struct Event {
     pub time_ms: u64,
     /// Start, end or point in time.
     pub event_type: EventType,
-    /// The MLLOG key, one of [`keys`](super::keys).
+    /// The MLLOG key, as [`keys`](super::keys) spells it.
     pub key: String,
     /// The key's value.
     pub value: LogValue,

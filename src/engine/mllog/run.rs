@@ -32,7 +32,7 @@ impl RunStatus {
 /// Where a run is in its sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Opened; only the submission and `cache_clear` may come.
+    /// Opened: the submission comes next, then `init_start`.
     Created,
     /// Between `init_start` and `init_stop`.
     Initialising,
