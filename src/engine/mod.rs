@@ -36,26 +36,53 @@ pub use tensor::Tensor;
 /// reported instead of panicking.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// A tensor's shape is not the one the op needs.
     #[error("{op}: shape mismatch for {what}: expected {expected:?}, got {got:?}")]
     ShapeMismatch {
+        /// The op that refused the input, e.g. `"batch_norm"`.
         op: &'static str,
+        /// Which operand or property was checked.
         what: &'static str,
+        /// The shape the op needs (empty when only the rank was wrong).
         expected: Vec<usize>,
+        /// The shape it was given.
         got: Vec<usize>,
     },
+    /// A buffer holds a different number of elements than its shape or op implies.
     #[error("{op}: buffer {what} holds {got} elements, needs {expected}")]
     BufferLength {
+        /// The op that checked the buffer.
         op: &'static str,
+        /// Which buffer was checked.
         what: &'static str,
+        /// Elements the op needs.
         expected: usize,
+        /// Elements the buffer holds.
         got: usize,
     },
+    /// A scalar or configuration argument is out of range or inconsistent.
     #[error("{op}: invalid parameter: {reason}")]
-    InvalidParameter { op: &'static str, reason: String },
+    InvalidParameter {
+        /// The op that refused the argument.
+        op: &'static str,
+        /// What is wrong with it, for a person.
+        reason: String,
+    },
+    /// A layer's backward ran without the state its forward saves.
     #[error("{op}: backward called before forward")]
-    MissingForwardState { op: &'static str },
+    MissingForwardState {
+        /// The layer or op whose saved state was missing.
+        op: &'static str,
+    },
+    /// The device or its runtime failed (allocation, launch, copy or a fault).
     #[error("backend {backend}: {reason}")]
-    Device { backend: String, reason: String },
+    Device {
+        /// The backend's name, e.g. `"cuda:0"`.
+        backend: String,
+        /// The runtime's error message.
+        reason: String,
+    },
 }
 
+/// A result whose error is an [`EngineError`] unless said otherwise.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

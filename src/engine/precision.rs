@@ -29,8 +29,10 @@ pub enum Precision {
 const PARALLEL_ROUNDING_MIN: usize = 1 << 16;
 
 impl Precision {
+    /// The canonical names, as [`Precision::name`] writes them and options list them.
     pub const NAMES: &'static [&'static str] = &["fp32", "fp16", "bf16"];
 
+    /// The canonical lowercase name: `fp32`, `fp16` or `bf16`.
     pub fn name(self) -> &'static str {
         match self {
             Precision::Fp32 => "fp32",

@@ -4,6 +4,8 @@
 use super::backend::{Backend, DType};
 use super::{EngineError, Result};
 
+/// A device buffer of f32 values with its shape; the buffer's length is always the
+/// product of the shape.
 pub struct Tensor<B: Backend> {
     buffer: B::Buffer,
     shape: Vec<usize>,
@@ -11,6 +13,7 @@ pub struct Tensor<B: Backend> {
 }
 
 impl<B: Backend> Tensor<B> {
+    /// A tensor of `shape` filled with zeros.
     pub fn zeros(backend: &B, shape: &[usize]) -> Result<Self> {
         let buffer = backend.zeros(shape.iter().product())?;
         Ok(Tensor {
@@ -86,21 +89,27 @@ impl<B: Backend> Tensor<B> {
         })
     }
 
+    /// The dimensions, outermost first (`[n, h, w, c]` for activations).
     pub fn shape(&self) -> &[usize] {
         &self.shape
     }
+    /// The element type the buffer holds (every tensor built here is f32).
     pub fn dtype(&self) -> DType {
         self.dtype
     }
+    /// The element count: the product of the shape.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
+    /// The device buffer, for passing to a backend op.
     pub fn buffer(&self) -> &B::Buffer {
         &self.buffer
     }
+    /// The device buffer, for an op to write into.
     pub fn buffer_mut(&mut self) -> &mut B::Buffer {
         &mut self.buffer
     }
+    /// Gives up the shape and returns the device buffer.
     pub fn into_buffer(self) -> B::Buffer {
         self.buffer
     }

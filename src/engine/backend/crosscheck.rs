@@ -18,12 +18,21 @@ use crate::engine::{Precision, Result, Tensor};
 /// difference's norm relative to the reference's norm.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct OpComparison {
+    /// The op as its [`Backend`] method is named, followed by the case's label where an op
+    /// is checked on several shapes, e.g. `linear_backward`.
     pub op: String,
+    /// Which of the op's outputs, e.g. `dx` or `db`.
     pub output: String,
+    /// Elements in the reference's output.
     pub elements: usize,
+    /// The largest absolute difference over the elements both sides give finite.
     pub worst_abs: f64,
+    /// RMS relative error ‖got − want‖ / ‖want‖; infinite when the lengths differ or one side
+    /// is non-finite where the other is not.
     pub relative: f64,
+    /// The largest `relative` that passes.
     pub tolerance: f64,
+    /// Whether `relative` is within `tolerance`.
     pub passed: bool,
 }
 
@@ -31,7 +40,10 @@ pub struct OpComparison {
 /// `EXACT`; GEMM-based ops may run on TF32 tensor cores, which keep 10 mantissa bits.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Tolerances {
+    /// Bound for ops computed in plain f32 on both sides (element-wise ops, pooling, biases);
+    /// batch norm and the loss, which sum over a whole batch, get ten times it.
     pub exact: f64,
+    /// Bound for convolutions and the linear layer, which may run as TF32 GEMMs.
     pub gemm: f64,
 }
 
@@ -61,6 +73,8 @@ impl Tolerances {
     }
 }
 
+/// Compares `got` with the reference `want` for one output of one op: it passes when the
+/// relative RMS error is at most `tolerance`.
 pub fn compare(op: &str, output: &str, got: &[f32], want: &[f32], tolerance: f64) -> OpComparison {
     let mut worst_abs = 0.0f64;
     let (mut diff2, mut ref2) = (0.0f64, 0.0f64);
@@ -633,9 +647,13 @@ impl Default for StepTolerances {
 /// The shape of a training step to compare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepShape {
+    /// The network whose step is compared.
     pub model: ModelChoice,
+    /// Images in the batch.
     pub batch: usize,
+    /// Side of the square input images, in pixels.
     pub image_size: usize,
+    /// Classes the network predicts.
     pub classes: usize,
 }
 

@@ -16,6 +16,8 @@ use super::{
 use crate::engine::precision::Precision;
 use crate::engine::{EngineError, Result};
 
+/// The CPU backend storing activations and activation gradients in fp16 or bf16 (see the
+/// module docs); buffers are [`CpuBuffer`]s holding the rounded values as f32.
 #[derive(Debug, Clone)]
 pub struct HalfStorageCpu {
     inner: CpuBackend,
@@ -34,10 +36,12 @@ impl HalfStorageCpu {
         Ok(HalfStorageCpu { inner, precision })
     }
 
+    /// The 16-bit format activations are stored in.
     pub fn precision(&self) -> Precision {
         self.precision
     }
 
+    /// The f32 CPU backend that does the arithmetic.
     pub fn inner(&self) -> &CpuBackend {
         &self.inner
     }

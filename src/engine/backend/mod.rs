@@ -29,40 +29,58 @@ use super::Result;
 /// can be added without changing the tensor type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DType {
+    /// 32-bit IEEE floats.
     #[default]
     F32,
 }
 
 /// One parameter's share of [`Backend::momentum_update_many`].
 pub struct MomentumStep<'a, Buf> {
+    /// The parameter, updated in place.
     pub w: &'a mut Buf,
+    /// Its gradient as accumulated (still multiplied by any loss scale).
     pub g: &'a Buf,
+    /// Its momentum buffer, updated in place.
     pub b: &'a mut Buf,
+    /// What multiplies the gradient: learning rate × trust ratio, with any loss scale divided out.
     pub step: f32,
+    /// Weight decay in the gradient's units (the update adds `step·decay·w`); 0 for none.
     pub decay: f32,
 }
 
 /// The learned and running parameters of one batch-norm layer, each `channels` long.
 pub struct BatchNormBuffers<Buf> {
+    /// Learned scale γ.
     pub gamma: Buf,
+    /// Learned shift β.
     pub beta: Buf,
+    /// Running mean, which the eval-mode forward normalises with.
     pub running_mean: Buf,
+    /// Running unbiased variance, which the eval-mode forward normalises with.
     pub running_var: Buf,
 }
 
 /// What the training-mode forward keeps for the backward: batch mean and 1/sqrt(var+eps).
 pub struct BatchNormSaved<Buf> {
+    /// Batch mean per channel.
     pub mean: Buf,
+    /// 1/sqrt(var + eps) per channel, from the biased batch variance.
     pub inv_std: Buf,
 }
 
 /// Gradients of a batch-norm layer's learned parameters.
 pub struct BatchNormGrads<Buf> {
+    /// dL/dγ per channel.
     pub gamma: Buf,
+    /// dL/dβ per channel.
     pub beta: Buf,
 }
 
+/// A device that owns buffers and runs every op of a training step on them, following the
+/// layout conventions above. Ops validate their parameters and operand lengths and report
+/// a mismatch as an error.
 pub trait Backend: Send + Sync {
+    /// Device memory holding a fixed number of f32 elements.
     type Buffer: Send + Sync;
 
     /// A short name for logs and errors, e.g. `cpu`.
@@ -73,15 +91,21 @@ pub trait Backend: Send + Sync {
     /// Until an op has written it, reading it (as an op's operand, in place, or by
     /// `download`) is an error on backends that defer its memory to that first write.
     fn alloc(&self, len: usize) -> Result<Self::Buffer>;
+    /// A buffer of `len` zeros.
     fn zeros(&self, len: usize) -> Result<Self::Buffer>;
+    /// A new buffer holding a copy of `host`.
     fn upload(&self, host: &[f32]) -> Result<Self::Buffer>;
     /// The only way data leaves the device: `host` must have the buffer's length.
     fn download(&self, buf: &Self::Buffer, host: &mut [f32]) -> Result<()>;
+    /// The buffer's length in elements.
     fn buffer_len(&self, buf: &Self::Buffer) -> usize;
+    /// dst := src; `dst` must have `src`'s length.
     fn copy(&self, src: &Self::Buffer, dst: &mut Self::Buffer) -> Result<()>;
+    /// Sets every element of `buf` to `value`.
     fn fill(&self, buf: &mut Self::Buffer, value: f32) -> Result<()>;
 
     // --- convolution (NHWC activations, HWIO weights, no bias) -------------------------
+    /// y := x ⋆ w with `p`'s stride and padding (overwrites y).
     fn conv2d_forward(
         &self,
         p: &Conv2dParams,
@@ -229,11 +253,13 @@ pub trait Backend: Send + Sync {
     }
 
     // --- ReLU (in place) -----------------------------------------------------------
+    /// x := max(x, 0).
     fn relu_forward(&self, x: &mut Self::Buffer) -> Result<()>;
     /// dy := dy · [y > 0], where y is the ReLU's output.
     fn relu_backward(&self, y: &Self::Buffer, dy: &mut Self::Buffer) -> Result<()>;
 
     // --- pooling -------------------------------------------------------------------
+    /// y := the maximum of each window of x, padding left out (overwrites y).
     fn max_pool_forward(
         &self,
         p: &PoolParams,
@@ -248,12 +274,14 @@ pub trait Backend: Send + Sync {
         dy: &Self::Buffer,
         dx: &mut Self::Buffer,
     ) -> Result<()>;
+    /// y[n, c] := the mean of x over image n's H·W pixels (overwrites y).
     fn global_avg_pool_forward(
         &self,
         p: &GlobalPoolParams,
         x: &Self::Buffer,
         y: &mut Self::Buffer,
     ) -> Result<()>;
+    /// dx := dy / (H·W) at every pixel of its image and channel (overwrites dx).
     fn global_avg_pool_backward(
         &self,
         p: &GlobalPoolParams,
@@ -262,6 +290,7 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
 
     // --- fully connected (weights [out, in], bias [out]) ------------------------------
+    /// y := x · Wᵀ + b (overwrites y).
     fn linear_forward(
         &self,
         p: &LinearParams,

@@ -12,20 +12,26 @@ use super::gpu::driver::{DriverError, GpuDriver};
 use super::gpu::hip::{self, HipDriver};
 use super::gpu::GpuBackend;
 
+/// Which backend a run asks for, as options and the CLI name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// CUDA when it has a device, else HIP when it has one, else the CPU.
     #[default]
     Auto,
+    /// The CPU backend, which every machine has.
     Cpu,
+    /// NVIDIA GPUs through the CUDA runtime; an error when it finds no device.
     Cuda,
+    /// AMD GPUs through HIP; an error when it finds no device.
     Hip,
 }
 
 impl BackendKind {
+    /// Every name parsing accepts, in the order options list them.
     pub const NAMES: &'static [&'static str] = &["auto", "cpu", "cuda", "hip"];
 
+    /// The name options and the CLI use for this kind.
     pub fn name(self) -> &'static str {
         match self {
             BackendKind::Auto => "auto",
@@ -62,11 +68,14 @@ impl FromStr for BackendKind {
 /// A GPU runtime with at least one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GpuRuntime {
+    /// NVIDIA's CUDA runtime.
     Cuda,
+    /// AMD's HIP runtime (ROCm).
     Hip,
 }
 
 impl GpuRuntime {
+    /// The runtime's lowercase name: `cuda` or `hip`.
     pub fn name(self) -> &'static str {
         match self {
             GpuRuntime::Cuda => "cuda",
@@ -125,11 +134,14 @@ pub fn resolve(kind: BackendKind) -> Result<Option<(GpuRuntime, usize)>, DriverE
 /// An opened backend of either family, for code that picks one at run time and then
 /// calls generic engine code with it.
 pub enum AnyBackend {
+    /// The CPU backend.
     Cpu(CpuBackend),
+    /// A device of either GPU runtime.
     Gpu(GpuBackend),
 }
 
 impl AnyBackend {
+    /// The opened backend's name for logs, e.g. `cpu` or `cuda:0`.
     pub fn name(&self) -> String {
         use super::Backend;
         match self {
@@ -138,6 +150,7 @@ impl AnyBackend {
         }
     }
 
+    /// Whether this is the CPU backend.
     pub fn is_cpu(&self) -> bool {
         matches!(self, AnyBackend::Cpu(_))
     }

@@ -16,18 +16,24 @@ pub const MEAN_RGB: [f32; 3] = [123.68, 116.78, 103.94];
 /// A rectangle of source pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CropRect {
+    /// Left edge, in source pixels from the image's left.
     pub x: usize,
+    /// Top edge, in source pixels from the image's top.
     pub y: usize,
+    /// Width in source pixels.
     pub width: usize,
+    /// Height in source pixels.
     pub height: usize,
 }
 
 /// The crop and flip chosen for one training sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CropChoice {
+    /// The source region that is resized to the output.
     pub rect: CropRect,
     /// True when no random attempt fitted and the centre crop was used.
     pub fallback: bool,
+    /// Whether the crop is mirrored left to right.
     pub flip: bool,
 }
 
@@ -42,6 +48,7 @@ pub struct TrainTransform {
     pub ratio: (f64, f64),
     /// Random attempts before falling back to a centre crop.
     pub attempts: u32,
+    /// Chance, in [0, 1], that a sample is flipped horizontally.
     pub flip_probability: f64,
 }
 
@@ -58,6 +65,8 @@ impl Default for TrainTransform {
 }
 
 impl TrainTransform {
+    /// The default transform (scale 0.10–1, ratio 3/4–4/3, 100 attempts, flip half the time)
+    /// with output side `size`.
     pub fn with_size(size: usize) -> Self {
         TrainTransform {
             size,
@@ -212,7 +221,9 @@ impl TrainTransform {
 /// Resize the short side to `resize`, then take the centre size×size crop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EvalTransform {
+    /// Output side in pixels.
     pub size: usize,
+    /// Length the short side is resized to before the centre crop, in pixels.
     pub resize: usize,
 }
 
@@ -223,6 +234,8 @@ impl EvalTransform {
         EvalTransform { size, resize }
     }
 
+    /// Resize `image`, centre-crop it and write it into `out` (size×size×3, HWC, mean
+    /// subtracted).
     pub fn apply(&self, image: &RgbImage, out: &mut [f32]) {
         let (w, h) = (image.width as f64, image.height as f64);
         let short = w.min(h);

@@ -14,13 +14,18 @@ use super::error::DataError;
 use super::loader::{Loader, LoaderConfig};
 use super::rng::SampleRng;
 
+/// What [`run`] measures and on how much.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoaderBenchOptions {
+    /// Worker threads of the full-loader measurement.
     pub threads: usize,
+    /// Output side of the crop in pixels.
     pub image_size: usize,
+    /// Images per batch of the full-loader measurement.
     pub batch_size: usize,
     /// Use at most this many train images.
     pub max_images: usize,
+    /// Seeds the crops and flips.
     pub seed: u64,
 }
 
@@ -36,9 +41,12 @@ impl Default for LoaderBenchOptions {
     }
 }
 
+/// Images per second of each stage of the data pipeline, as [`run`] measures them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LoaderBenchReport {
+    /// Train images measured: an even spread over the classes, at most `max_images`.
     pub images: usize,
+    /// Output side of the crop in pixels.
     pub image_size: usize,
     /// Mean source image size in pixels.
     pub mean_source_pixels: f64,
@@ -47,10 +55,13 @@ pub struct LoaderBenchReport {
     pub img_per_s_per_core: f64,
     /// Decoding whole images alone (as evaluation does), single thread.
     pub decode_img_per_s_per_core: f64,
+    /// Worker threads of the full-loader measurement.
     pub threads: usize,
+    /// Images per batch of the full-loader measurement.
     pub batch_size: usize,
     /// The whole loader on `threads` threads, one epoch, batches assembled.
     pub loader_img_per_s: f64,
+    /// Distinct files the loader could not read (and replaced).
     pub unreadable_files: usize,
 }
 

@@ -12,24 +12,30 @@ use super::error::DataError;
 /// One image: where it is and which class it belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {
+    /// The image file.
     pub path: PathBuf,
+    /// Class index: the position of its class folder among the sorted train/ folders.
     pub label: u32,
 }
 
 /// The images of one split, in a fixed order (by class, then by file name).
 #[derive(Debug, Clone)]
 pub struct Split {
+    /// The split's folder, e.g. `ROOT/train`.
     pub dir: PathBuf,
+    /// Every image of the split, by class, then by file name.
     pub samples: Vec<Sample>,
     /// For each class, the indices into `samples` of its images.
     pub by_class: Vec<Vec<usize>>,
 }
 
 impl Split {
+    /// Images in the split.
     pub fn len(&self) -> usize {
         self.samples.len()
     }
 
+    /// Whether the split holds no images.
     pub fn is_empty(&self) -> bool {
         self.samples.is_empty()
     }
@@ -38,10 +44,13 @@ impl Split {
 /// A dataset in folder layout with both splits scanned.
 #[derive(Debug, Clone)]
 pub struct Dataset {
+    /// The dataset folder, holding `train/` and `val/`.
     pub root: PathBuf,
     /// Class names (folder names, e.g. wnids) in index order.
     pub classes: Vec<String>,
+    /// The training split.
     pub train: Split,
+    /// The validation split, labelled with train's class indices.
     pub val: Split,
 }
 
@@ -81,6 +90,7 @@ impl Dataset {
         })
     }
 
+    /// Classes in the dataset: the train split's class folders.
     pub fn num_classes(&self) -> usize {
         self.classes.len()
     }

@@ -22,8 +22,11 @@ use super::augment::CropRect;
 /// An 8-bit RGB image, rows top to bottom, pixels interleaved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RgbImage {
+    /// Width in pixels.
     pub width: usize,
+    /// Height in pixels.
     pub height: usize,
+    /// `width × height × 3` bytes: R, G, B of each pixel.
     pub pixels: Vec<u8>,
 }
 
@@ -41,6 +44,7 @@ impl RgbImage {
         }
     }
 
+    /// The RGB value of the pixel in column `x`, row `y` (0-based, from the top left).
     pub fn pixel(&self, x: usize, y: usize) -> [u8; 3] {
         let i = (y * self.width + x) * 3;
         [self.pixels[i], self.pixels[i + 1], self.pixels[i + 2]]
@@ -50,18 +54,30 @@ impl RgbImage {
 /// Why an image could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The file holds no bytes.
     #[error("the file is empty")]
     Empty,
+    /// The data does not start with a JPEG start-of-image marker.
     #[error("not a JPEG file (no start-of-image marker)")]
     NotJpeg,
+    /// The data ends before its last scan does (no end-of-image marker after it).
     #[error("the JPEG data is cut short (no end-of-image marker after the last scan)")]
     Truncated,
+    /// The header gives a zero width or height.
     #[error("the JPEG is {width}x{height}, which has no pixels")]
-    NoPixels { width: usize, height: usize },
+    NoPixels {
+        /// Width from the header, in pixels.
+        width: usize,
+        /// Height from the header, in pixels.
+        height: usize,
+    },
+    /// A colour space this decoder does not turn into RGB (CMYK, say).
     #[error("unsupported JPEG colour space {0}")]
     ColourSpace(String),
+    /// libjpeg-turbo rejected the data; its message, or why the image is too large.
     #[error("corrupt JPEG: {0}")]
     Corrupt(String),
+    /// libjpeg-turbo could not create a decompressor instance.
     #[error("libjpeg-turbo could not start a decompressor")]
     NoDecoder,
 }
@@ -73,6 +89,7 @@ pub struct ScaledRegion {
     pub image: RgbImage,
     /// The window's top-left corner in the coordinates of the whole scaled image.
     pub x: usize,
+    /// The window's top row, in the coordinates of the whole scaled image.
     pub y: usize,
     /// The scale, in eighths (8 is full size).
     pub eighths: usize,

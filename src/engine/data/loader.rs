@@ -33,13 +33,18 @@ const REPLACEMENT_TRIES: usize = 8;
 /// crop, last batch padded).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// Shuffled and augmented, padding at the start of the first batch.
     Train,
+    /// In split order with a centre crop, padding at the end of the last batch.
     Eval,
 }
 
+/// How a [`Loader`] makes its batches.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoaderConfig {
+    /// Training or evaluation order, transform and padding.
     pub mode: Mode,
+    /// Samples per batch, padding included.
     pub batch_size: usize,
     /// Output side in pixels (224 for ImageNet).
     pub image_size: usize,
@@ -47,12 +52,16 @@ pub struct LoaderConfig {
     pub threads: usize,
     /// Batches that may be in flight (being filled or ready) at once.
     pub prefetch_batches: usize,
+    /// Seeds the shuffle and the augmentation (each sample's randomness derives from it,
+    /// the epoch and its position).
     pub seed: u64,
     /// Area fraction range of the training crop.
     pub crop_scale: (f64, f64),
 }
 
 impl LoaderConfig {
+    /// A training loader: one worker per available core, two batches prefetched and the
+    /// default crop scale.
     pub fn train(batch_size: usize, image_size: usize, seed: u64) -> Self {
         LoaderConfig {
             mode: Mode::Train,
@@ -65,6 +74,8 @@ impl LoaderConfig {
         }
     }
 
+    /// An evaluation loader with the same defaults as [`LoaderConfig::train`]; the seed is
+    /// unused because nothing is random.
     pub fn eval(batch_size: usize, image_size: usize) -> Self {
         LoaderConfig {
             mode: Mode::Eval,
@@ -103,12 +114,15 @@ fn default_threads() -> usize {
 /// One batch, NHWC.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
+    /// The epoch it belongs to, as passed to [`Loader::epoch`].
     pub epoch: u32,
     /// Position of this batch within its epoch.
     pub index: usize,
+    /// Side of each square image in pixels.
     pub image_size: usize,
     /// `len() × image_size × image_size × 3` values, mean subtracted.
     pub images: Vec<f32>,
+    /// Class index of each sample; 0 for the blank images that pad evaluation.
     pub labels: Vec<u32>,
     /// False for padding samples, which must not count in loss averages or accuracy.
     pub valid: Vec<bool>,
@@ -120,14 +134,17 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// Samples in the batch, padding included.
     pub fn len(&self) -> usize {
         self.labels.len()
     }
 
+    /// Whether the batch holds no samples.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty()
     }
 
+    /// Samples that are not padding.
     pub fn valid_count(&self) -> usize {
         self.valid.iter().filter(|&&v| v).count()
     }
@@ -164,6 +181,8 @@ pub struct Loader {
 }
 
 impl Loader {
+    /// A loader over `split`. Errors when the configuration is out of range or the split
+    /// holds no images.
     pub fn new(split: Arc<Split>, config: LoaderConfig) -> Result<Loader, DataError> {
         config.validate()?;
         if split.is_empty() {
@@ -176,14 +195,17 @@ impl Loader {
         })
     }
 
+    /// How the batches are made.
     pub fn config(&self) -> &LoaderConfig {
         &self.config
     }
 
+    /// The split the batches come from.
     pub fn split(&self) -> &Split {
         &self.split
     }
 
+    /// Batches in every epoch: the split's size divided by the batch size, rounded up.
     pub fn batches_per_epoch(&self) -> usize {
         self.split.len().div_ceil(self.config.batch_size)
     }
@@ -474,10 +496,12 @@ pub struct EpochBatches {
 }
 
 impl EpochBatches {
+    /// Batches in the epoch, counting those already taken.
     pub fn len(&self) -> usize {
         self.plan.positions / self.plan.batch_size()
     }
 
+    /// Whether the epoch has no batches.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

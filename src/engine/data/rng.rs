@@ -16,6 +16,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl SampleRng {
+    /// A stream seeded from `seed` alone.
     pub fn new(seed: u64) -> Self {
         SampleRng { state: mix(seed) }
     }
@@ -30,6 +31,7 @@ impl SampleRng {
         SampleRng { state: h }
     }
 
+    /// The next 64 uniformly distributed bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(GOLDEN_GAMMA);
         mix(self.state)

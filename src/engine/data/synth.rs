@@ -34,12 +34,17 @@ pub const SPEC_FILE: &str = "synth.json";
 /// What to generate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SynthSpec {
+    /// Number of classes, at most 72 (the distinct looks).
     pub classes: usize,
+    /// Train images per class.
     pub per_class: usize,
+    /// Validation images per class.
     pub val_per_class: usize,
     /// Side of the square images in pixels.
     pub size: usize,
+    /// Seeds every image's drawing.
     pub seed: u64,
+    /// JPEG quality, 1–100.
     pub quality: u8,
 }
 
@@ -57,6 +62,8 @@ impl Default for SynthSpec {
 }
 
 impl SynthSpec {
+    /// Errors unless the class count, the image counts, the size (16–2048) and the quality
+    /// (1–100) are in range.
     pub fn validate(&self) -> Result<(), DataError> {
         let bad = |m: String| Err(DataError::InvalidSpec(m));
         if self.classes == 0 || self.classes > COMBINATIONS {
@@ -112,9 +119,13 @@ fn class_look(k: usize) -> (usize, usize, usize) {
 /// What a generation wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SynthSummary {
+    /// The dataset folder written.
     pub root: PathBuf,
+    /// Images written under `train/`.
     pub train_images: usize,
+    /// Images written under `val/`.
     pub val_images: usize,
+    /// Bytes of JPEG data written, over both splits.
     pub bytes: u64,
 }
 

@@ -6,11 +6,14 @@ use super::keys;
 /// `submission_division`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Division {
+    /// The reference model with a constrained recipe, so results compare across systems.
     Closed,
+    /// Any model and recipe.
     Open,
 }
 
 impl Division {
+    /// The value `submission_division` logs: `closed` or `open`.
     pub fn as_str(self) -> &'static str {
         match self {
             Division::Closed => keys::CLOSED,
@@ -30,13 +33,18 @@ impl Division {
 /// `submission_status`, as the compliance checker accepts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubmissionStatus {
+    /// Available for purchase or rent on premises (`onprem`).
     OnPremise,
+    /// Available to rent in a cloud (`cloud`).
     Cloud,
+    /// Not yet available, to be by the next round (`preview`).
     Preview,
+    /// Research, development or internal (`research`).
     Research,
 }
 
 impl SubmissionStatus {
+    /// The value `submission_status` logs.
     pub fn as_str(self) -> &'static str {
         match self {
             SubmissionStatus::OnPremise => keys::ONPREM,
@@ -50,10 +58,13 @@ impl SubmissionStatus {
 /// The `submission_*` keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submission {
+    /// The submitting organisation (`submission_org`).
     pub org: String,
     /// The system's name; the system description's `system_name` is the same.
     pub platform: String,
+    /// The rules the run is logged under.
     pub division: Division,
+    /// The system's availability category.
     pub status: SubmissionStatus,
     /// Always `resnet` for this engine; the checker loads its rules by this name.
     pub benchmark: String,
@@ -79,21 +90,31 @@ impl Submission {
 /// weight decay and epsilon belong to the LARS optimizer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunConfig {
+    /// The seed the run's randomness derives from.
     pub seed: u64,
+    /// Images per optimizer step, over all devices.
     pub global_batch_size: u64,
     /// Images in the training set (1,281,167 for ImageNet).
     pub train_samples: u64,
     /// Images in the evaluation set (50,000 for ImageNet).
     pub eval_samples: u64,
+    /// Batches whose gradients are summed before each optimizer step (1: none).
     pub gradient_accumulation_steps: u64,
+    /// Peak learning rate, reached at the end of warmup.
     pub base_learning_rate: f64,
+    /// Learning rate the polynomial decay ends at (0.0001 in the closed division).
     pub end_learning_rate: f64,
+    /// Epochs of linear warmup from zero to the base learning rate.
     pub warmup_epochs: f64,
     /// The length of the polynomial decay, as the recipe counts it.
     pub decay_steps: u64,
+    /// Power of the polynomial decay (2 in the closed division).
     pub poly_power: f64,
+    /// Momentum coefficient (0.9 in the closed division below a global batch of 32768).
     pub momentum: f64,
+    /// Weight decay coefficient (0.0001·2^N in the closed division).
     pub weight_decay: f64,
+    /// LARS ε in the trust ratio's denominator (0 in the closed division).
     pub epsilon: f64,
     /// Images each batch-norm layer computes its statistics over.
     pub bn_span: u64,

@@ -10,12 +10,16 @@ pub const LINE_PREFIX: &str = ":::MLLOG ";
 /// The kind of event, as the `event_type` field spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
+    /// The start of a span: `*_start` keys.
     IntervalStart,
+    /// The end of a span: `*_stop` keys.
     IntervalEnd,
+    /// A single value: hyperparameters, accuracies, statistics.
     PointInTime,
 }
 
 impl EventType {
+    /// The name the `event_type` field carries, e.g. `INTERVAL_START`.
     pub fn as_str(self) -> &'static str {
         match self {
             EventType::IntervalStart => "INTERVAL_START",
@@ -29,12 +33,19 @@ impl EventType {
 /// infinite (Python writes those as `NaN` and `Infinity`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum LogValue {
+    /// JSON `null`.
     Null,
+    /// JSON `true` or `false`.
     Bool(bool),
+    /// A signed integer.
     Int(i64),
+    /// An unsigned integer.
     UInt(u64),
+    /// A float, written as Python's `repr` writes it.
     Float(f64),
+    /// A string, non-ASCII escaped.
     Str(String),
+    /// An object, its fields in this order.
     Object(Vec<(String, LogValue)>),
 }
 
@@ -77,10 +88,15 @@ impl From<String> for LogValue {
 /// One event, ready to be encoded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
+    /// The `namespace` field; empty in every line tinyperf writes.
     pub namespace: String,
+    /// When the event happened, in milliseconds since the Unix epoch.
     pub time_ms: u64,
+    /// Start, end or point in time.
     pub event_type: EventType,
+    /// The MLLOG key, as [`keys`](super::keys) spells it.
     pub key: String,
+    /// The key's value.
     pub value: LogValue,
     /// `file` and `lineno` first, then the key's own metadata, in order.
     pub metadata: Vec<(String, LogValue)>,

@@ -44,29 +44,51 @@ pub const TARGET_ACCURACY: f64 = 0.759;
 /// The ruleset every check of these logs uses: the last one with ResNet.
 pub const RULESET: &str = "4.0.0";
 
+/// Why an MLLOG call wrote nothing: the file failed, or the call would make a log the
+/// compliance checker rejects.
 #[derive(Debug, thiserror::Error)]
 pub enum MlLogError {
+    /// The log file could not be opened for appending.
     #[error("cannot open the MLLOG file {}: {source}", path.display())]
     Open {
+        /// The log file.
         path: PathBuf,
+        /// Why it could not be opened.
         source: std::io::Error,
     },
+    /// A line could not be written, or the file could not be synced to disk.
     #[error("cannot write {key} to the MLLOG file {}: {source}", path.display())]
     Write {
+        /// The log file.
         path: PathBuf,
+        /// The key of the line being written, or `(sync)` for the sync.
         key: String,
+        /// The write's error.
         source: std::io::Error,
     },
+    /// A call came at a point of the sequence where the key is not allowed.
     #[error("MLLOG {key} must come {expected} (the log is at {phase:?})")]
     OutOfOrder {
+        /// The key that was refused.
         key: &'static str,
+        /// When it may come, e.g. `"after run_start"`.
         expected: String,
+        /// Where the log was when the call came.
         phase: Phase,
     },
+    /// A value no log may carry (an empty name, an accuracy outside [0, 1], …).
     #[error("MLLOG {key}: {reason}")]
-    InvalidValue { key: &'static str, reason: String },
+    InvalidValue {
+        /// The key whose value was refused.
+        key: &'static str,
+        /// What is wrong with the value.
+        reason: String,
+    },
+    /// The hyperparameters hold values no run can log; the problems, joined by `; `.
     #[error("invalid run configuration: {0}")]
     InvalidConfig(String),
+    /// A closed-division log was given hyperparameters the closed rules forbid; the
+    /// violations, joined by `; `.
     #[error(
         "the run configuration breaks the closed-division rules (log it as open division): {0}"
     )]

@@ -25,6 +25,7 @@ impl CacheFlush {
         matches!(self, CacheFlush::Dropped)
     }
 
+    /// What happened, in words for a person, with why when the cache was kept.
     pub fn describe(&self) -> String {
         match self {
             CacheFlush::Dropped => "page cache dropped".into(),

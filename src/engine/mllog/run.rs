@@ -20,6 +20,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// The value `run_stop`'s `status` logs: `success` or `aborted`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Success => keys::SUCCESS,
@@ -31,10 +32,15 @@ impl RunStatus {
 /// Where a run is in its sequence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
+    /// Opened: the submission comes next, then `init_start`.
     Created,
+    /// Between `init_start` and `init_stop`.
     Initialising,
+    /// After `init_stop`, waiting for `run_start`.
     Initialised,
+    /// Between `run_start` and `run_stop`: the clock is running.
     Running,
+    /// After `run_stop`; nothing more may be logged.
     Stopped,
 }
 
@@ -82,10 +88,12 @@ impl MlLog {
         })
     }
 
+    /// The file the log appends to.
     pub fn path(&self) -> &Path {
         self.writer.path()
     }
 
+    /// Where the log is in its sequence.
     pub fn phase(&self) -> Phase {
         self.phase
     }
@@ -298,6 +306,7 @@ impl MlLog {
         Ok(())
     }
 
+    /// `block_stop` of the block that `block_start(first_epoch, …)` opened.
     #[track_caller]
     pub fn block_stop(&mut self, first_epoch: u32) -> Result<(), MlLogError> {
         let caller = Location::caller();
@@ -341,6 +350,7 @@ impl MlLog {
         Ok(())
     }
 
+    /// `epoch_stop` of the open epoch `epoch`.
     #[track_caller]
     pub fn epoch_stop(&mut self, epoch: u32) -> Result<(), MlLogError> {
         let caller = Location::caller();
@@ -397,6 +407,7 @@ impl MlLog {
         Ok(())
     }
 
+    /// `eval_stop` of the open evaluation after epoch `epoch`.
     #[track_caller]
     pub fn eval_stop(&mut self, epoch: u32) -> Result<(), MlLogError> {
         let caller = Location::caller();

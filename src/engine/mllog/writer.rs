@@ -37,6 +37,7 @@ impl MlLogWriter {
         })
     }
 
+    /// The file the writer appends to.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -12,7 +12,9 @@ use super::{Result, Tensor};
 /// A learned parameter under its PyTorch state-dict name (`layer1.0.conv1.weight`), so
 /// checks against the PyTorch reference and logs speak the same names.
 pub struct NamedParam<'a, B: Backend> {
+    /// The state-dict name, e.g. `layer1.0.conv1.weight`.
     pub name: String,
+    /// The parameter's kind and its value and gradient buffers.
     pub param: ParamMut<'a, B>,
 }
 

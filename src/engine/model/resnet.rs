@@ -63,14 +63,18 @@ impl Stem {
 /// The shape of a residual network.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResNetConfig {
+    /// Basic or bottleneck blocks.
     pub block: BlockKind,
     /// Blocks per stage; stage `s` (from 0) has width `base_width << s` and, except the
     /// first, a stride of 2 on its first block.
     pub stage_blocks: Vec<usize>,
+    /// Width of the first stage; for bottlenecks the inner width, whose output is 4× it.
     pub base_width: usize,
+    /// The layers between the image and the first stage.
     pub stem: Stem,
     /// Output channels of the stem conv.
     pub stem_width: usize,
+    /// Classes the classifier predicts: the logits per sample.
     pub classes: usize,
 }
 
@@ -147,8 +151,11 @@ impl ResNetConfig {
 /// weights, `[out, in]` for linear weights, `[channels]` for the rest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamSpec {
+    /// The state-dict name, e.g. `layer1.0.bn1.weight`.
     pub name: String,
+    /// What the parameter is, which decides how the optimizer treats it.
     pub kind: ParamKind,
+    /// Dimensions in PyTorch's order.
     pub shape: Vec<usize>,
 }
 
@@ -182,6 +189,8 @@ struct Saved<B: Backend> {
     pooled: Tensor<B>,
 }
 
+/// A residual network of a [`ResNetConfig`]'s shape: stem, blocks, global average pool and
+/// classifier, holding what its last training-mode forward kept for the backward.
 pub struct ResNet<B: Backend> {
     config: ResNetConfig,
     stem: ConvBn<B>,
@@ -237,6 +246,7 @@ impl<B: Backend> ResNet<B> {
         })
     }
 
+    /// The shape the network was built with.
     pub fn config(&self) -> &ResNetConfig {
         &self.config
     }

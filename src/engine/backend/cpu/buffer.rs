@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 /// Buffers smaller than this come from the allocator directly: cheap to get fresh.
 const POOLED_MIN_LEN: usize = 1 << 16;
 
+/// Dropped large host buffers kept by length for the next allocation of that length, up to
+/// a limit in bytes; buffers that would pass the limit are freed instead.
 #[derive(Debug)]
 pub struct BufferPool {
     free: Mutex<PoolState>,
@@ -21,6 +23,7 @@ struct PoolState {
 }
 
 impl BufferPool {
+    /// An empty pool that keeps at most `limit_bytes` of dropped buffers.
     pub fn new(limit_bytes: usize) -> Arc<Self> {
         Arc::new(BufferPool {
             free: Mutex::new(PoolState::default()),
@@ -83,9 +86,11 @@ impl CpuBuffer {
     fn unpooled(data: Vec<f32>) -> Self {
         CpuBuffer { data, pool: None }
     }
+    /// The values.
     pub fn as_slice(&self) -> &[f32] {
         &self.data
     }
+    /// The values, for writing.
     pub fn as_mut_slice(&mut self) -> &mut [f32] {
         &mut self.data
     }

@@ -10,19 +10,29 @@ use gemm::Parallelism;
 /// A read-only matrix view: element (i, j) lies at `data[i·row_stride + j·col_stride]`.
 #[derive(Clone, Copy)]
 pub struct MatRef<'a> {
+    /// The elements the view indexes into; every addressed element must lie inside it.
     pub data: &'a [f32],
+    /// Number of rows.
     pub rows: usize,
+    /// Number of columns.
     pub cols: usize,
+    /// Elements from one row to the next.
     pub row_stride: usize,
+    /// Elements from one column to the next.
     pub col_stride: usize,
 }
 
 /// A mutable matrix view with the same addressing as [`MatRef`].
 pub struct MatMut<'a> {
+    /// The elements the view indexes into; every addressed element must lie inside it.
     pub data: &'a mut [f32],
+    /// Number of rows.
     pub rows: usize,
+    /// Number of columns.
     pub cols: usize,
+    /// Elements from one row to the next.
     pub row_stride: usize,
+    /// Elements from one column to the next.
     pub col_stride: usize,
 }
 
@@ -51,6 +61,7 @@ impl<'a> MatRef<'a> {
 }
 
 impl<'a> MatMut<'a> {
+    /// A dense row-major `rows × cols` matrix.
     pub fn row_major(data: &'a mut [f32], rows: usize, cols: usize) -> Self {
         MatMut {
             data,

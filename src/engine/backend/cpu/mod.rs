@@ -28,6 +28,8 @@ use std::sync::Arc;
 /// ResNet-50 step to find its buffer again.
 pub const DEFAULT_POOL_LIMIT_BYTES: usize = 8 << 30;
 
+/// The reference backend: f32 buffers in host memory recycled through a [`BufferPool`], ops
+/// on the rayon pool. Clones share the pool.
 #[derive(Debug, Clone)]
 pub struct CpuBackend {
     tiling: conv::Tiling,
@@ -53,6 +55,7 @@ impl Default for CpuBackend {
 }
 
 impl CpuBackend {
+    /// A backend with the default pool limit and convolution kernels chosen for the build profile.
     pub fn new() -> Self {
         Self::default()
     }

@@ -10,11 +10,15 @@ use crate::engine::{EngineError, Result};
 
 /// A convolution followed by its batch norm.
 pub struct ConvBn<B: Backend> {
+    /// The convolution, without bias.
     pub conv: Conv2d<B>,
+    /// The batch norm over the convolution's output.
     pub bn: BatchNorm2d<B>,
 }
 
 impl<B: Backend> ConvBn<B> {
+    /// A `kernel`×`kernel` convolution from `in_c` to `out_c` channels with `stride` and
+    /// padding `kernel / 2`, then batch norm over `out_c` channels.
     pub fn new(
         backend: &B,
         in_c: usize,
@@ -113,8 +117,12 @@ struct BlockSaved<B: Backend> {
     shortcut_conv_out: Option<Tensor<B>>,
 }
 
+/// A residual block (see the module docs): its units, its shortcut, and what its last
+/// training-mode forward kept.
 pub struct Block<B: Backend> {
+    /// The conv → BN units of the main path, in order.
     pub units: Vec<ConvBn<B>>,
+    /// The shortcut's 1×1 conv + BN projection; `None` for an identity shortcut.
     pub downsample: Option<ConvBn<B>>,
     saved: Option<BlockSaved<B>>,
 }

@@ -15,22 +15,29 @@ use crate::engine::{EngineError, Result};
 /// Learning rate of the update inside a timed step: small, so many steps stay finite.
 const SGD_LR: f32 = 0.01;
 
+/// What [`measure_training_steps`] runs.
 #[derive(Debug, Clone)]
 pub struct ThroughputConfig {
+    /// The network to build and train.
     pub model: ResNetConfig,
+    /// Images per step.
     pub batch: usize,
+    /// Side of the square synthetic images in pixels.
     pub image_size: usize,
     /// Timed steps (the median is reported).
     pub steps: usize,
     /// Untimed steps first (buffer pools fill, caches warm).
     pub warmup: usize,
+    /// Seeds the weights and the synthetic images.
     pub seed: u64,
 }
 
+/// What [`measure_training_steps`] measured.
 #[derive(Debug, Clone)]
 pub struct ThroughputReport {
     /// Wall time of every timed step, in order.
     pub step_seconds: Vec<f64>,
+    /// Median of `step_seconds`.
     pub median_step_seconds: f64,
     /// Batch size over the median step time.
     pub images_per_second: f64,
