@@ -1,4 +1,4 @@
-//! Layers as explicit forward/backward pairs over [`Tensor`]s.
+//! Layers as explicit forward/backward pairs over [`Tensor`](crate::engine::Tensor)s.
 //!
 //! A layer never keeps its input: the caller holds the activations it will need and hands
 //! them back to `backward`, so the model decides what lives in memory. Backward calls
