@@ -19,7 +19,9 @@ pub const WEIGHT_DECAY_UNIT: f64 = 1e-4;
 /// What kind of value a run option takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueKind {
+    /// A finite number, whole or not.
     Number,
+    /// A whole number (given as a JSON number with no fraction).
     Integer,
     /// Text; one of the choices when there are any.
     Text(&'static [&'static str]),
@@ -30,8 +32,11 @@ pub enum ValueKind {
 /// A run option [`Recipe::with_options`] reads: its key, its kind and what it sets.
 #[derive(Debug, Clone, Copy)]
 pub struct RecipeOption {
+    /// The key in the run's options, as in `batch_size`.
     pub key: &'static str,
+    /// The kind of value the key takes; the option schema names its JSON type after it.
     pub kind: ValueKind,
+    /// One line on what the option sets, for the option schema and range errors.
     pub help: &'static str,
 }
 
@@ -147,23 +152,46 @@ pub const OPTION_KEYS: &[RecipeOption] = &[
 /// A recipe option that cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RecipeError {
+    /// An option that is not a finite JSON number.
     #[error("option {key} must be a number, got {value}")]
-    NotANumber { key: String, value: String },
+    NotANumber {
+        /// The option's key.
+        key: String,
+        /// The value given, as JSON.
+        value: String,
+    },
+    /// A number with a fraction where a whole number is needed.
     #[error("option {key} must be a whole number, got {value}")]
-    NotWhole { key: String, value: f64 },
+    NotWhole {
+        /// The option's key.
+        key: String,
+        /// The value given.
+        value: f64,
+    },
+    /// A number outside the option's range.
     #[error("option {key} = {value} is out of range {range} ({help})")]
     OutOfRange {
+        /// The option's key.
         key: String,
+        /// The value given.
         value: f64,
+        /// The allowed range in interval notation, as `(0, 1000]`.
         range: String,
+        /// The option's help line from [`OPTION_KEYS`] (empty for a key not listed there).
         help: String,
     },
+    /// A text option that is not one of its choices, or not text.
     #[error("option {key} must be one of {choices}, got {value}")]
     NotAChoice {
+        /// The option's key.
         key: String,
+        /// The value given, as JSON.
         value: String,
+        /// The accepted values, comma-separated.
         choices: String,
     },
+    /// Fields that break a relation between them (warmup longer than training, end LR
+    /// above base LR, …), or two options that exclude each other; holds the message.
     #[error("{0}")]
     Inconsistent(String),
 }
@@ -171,29 +199,48 @@ pub enum RecipeError {
 /// Every hyperparameter of a training run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Recipe {
+    /// Images per optimizer step, summed over all devices (1536 in the reference).
     pub global_batch_size: usize,
+    /// Images per evaluation batch.
     pub eval_batch_size: usize,
     /// Peak LR, reached after warmup. Used as is by LARS and by the skip-list SGD.
     pub base_lr: f64,
+    /// The LR the polynomial decay reaches at the end of `train_epochs` and holds after.
     pub end_lr: f64,
+    /// Epochs of linear warmup from LR 0 to `base_lr`; at most `train_epochs`.
     pub warmup_epochs: u32,
     /// The planned epochs: the LR decays to `end_lr` over them, and a run that has not
     /// reached its target by their end stops there.
     pub train_epochs: u32,
+    /// The exponent of the polynomial LR decay (2 in the reference).
     pub lr_decay_power: f64,
     /// Weight decay is `weight_decay_base · 2^weight_decay_exponent`.
     pub weight_decay_base: f64,
+    /// The exponent N of the weight decay `weight_decay_base · 2^N` (1 in the reference; 0
+    /// when the decay was given as a plain number).
     pub weight_decay_exponent: i32,
+    /// The momentum factor of LARS and of the skip-list SGD, in [0, 1) (0.9 in the
+    /// reference).
     pub momentum: f64,
+    /// The ε in the LARS trust ratio's denominator (0 in the reference).
     pub lars_epsilon: f64,
+    /// The LARS trust coefficient that scales the layer-wise trust ratio (0.001 in the
+    /// reference).
     pub lars_trust_coefficient: f64,
+    /// The share of the target probability the cross-entropy loss spreads evenly over all
+    /// classes, in [0, 1) (0.1 in the reference).
     pub label_smoothing: f64,
     /// First evaluated epoch, 1-based.
     pub eval_start_epoch: u32,
+    /// Epochs between evaluations from `eval_start_epoch` until `eval_every_epoch_from` (4
+    /// in the reference).
     pub eval_every: u32,
     /// From this epoch on every epoch is evaluated.
     pub eval_every_epoch_from: u32,
+    /// The top-1 validation accuracy, in (0, 1], at which the run stops as converged
+    /// (0.759 in the reference).
     pub target_accuracy: f64,
+    /// The seed of weight init, shuffling and augmentation.
     pub seed: u64,
     /// How activations are stored. The reference trains in fp16; f32 is the default here
     /// because the GPU backends store activations in f32 (16-bit storage runs on the

@@ -18,10 +18,18 @@
 /// A schedule that cannot be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ScheduleError {
+    /// `total_steps` is 0.
     #[error("the LR schedule needs at least one training step")]
     NoSteps,
+    /// A rate is not finite, the end LR is negative, or it exceeds the base LR.
     #[error("the LR schedule needs finite rates with 0 ≤ end LR ≤ base LR, got base {base} and end {end}")]
-    BadRates { base: f64, end: f64 },
+    BadRates {
+        /// The base LR given.
+        base: f64,
+        /// The end LR given.
+        end: f64,
+    },
+    /// The decay power is NaN, infinite, zero or negative; holds the power given.
     #[error("the LR decay power must be finite and positive, got {0}")]
     BadPower(f64),
 }
@@ -81,22 +89,27 @@ impl PolynomialDecayWithWarmup {
         (self.base_lr - self.end_lr) * remaining.powf(self.power) + self.end_lr
     }
 
+    /// The peak LR, reached at the end of warmup.
     pub fn base_lr(&self) -> f64 {
         self.base_lr
     }
 
+    /// The LR the decay ends at, held after step `T + 1`.
     pub fn end_lr(&self) -> f64 {
         self.end_lr
     }
 
+    /// The linear-warmup steps `W`, already capped at [`total_steps`](Self::total_steps).
     pub fn warmup_steps(&self) -> u64 {
         self.warmup_steps
     }
 
+    /// The planned training steps `T` the decay spans.
     pub fn total_steps(&self) -> u64 {
         self.total_steps
     }
 
+    /// The exponent of the polynomial decay (2 in the reference).
     pub fn power(&self) -> f64 {
         self.power
     }

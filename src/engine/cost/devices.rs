@@ -16,16 +16,22 @@ use serde::Serialize;
 
 use crate::engine::Precision;
 
+/// The spec-sheet peaks of one GPU model (dense, no sparsity).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuPeak {
+    /// The model's name as reports print it (`RTX 4090`).
     pub name: &'static str,
+    /// Peak device-memory bandwidth, in bytes per second.
     pub memory_bytes_per_s: f64,
+    /// Peak FP16/BF16 tensor throughput with f32 accumulate, in FLOP per second.
     pub fp16_flops_per_s: f64,
     /// TF32 tensor cores where the part has them, else vector f32.
     pub f32_flops_per_s: f64,
 }
 
 impl GpuPeak {
+    /// The FLOP-per-second peak a step in `precision` runs against: the FP16 peak for
+    /// 16-bit activations, else the f32 one.
     pub fn flops_per_s(&self, precision: Precision) -> f64 {
         if precision.is_reduced() {
             self.fp16_flops_per_s
@@ -35,6 +41,7 @@ impl GpuPeak {
     }
 }
 
+/// NVIDIA H200 SXM.
 pub const H200: GpuPeak = GpuPeak {
     name: "H200 SXM",
     memory_bytes_per_s: 4.8e12,
@@ -42,6 +49,7 @@ pub const H200: GpuPeak = GpuPeak {
     f32_flops_per_s: 494e12,
 };
 
+/// NVIDIA GeForce RTX 4090, the tinybox green's GPU.
 pub const RTX_4090: GpuPeak = GpuPeak {
     name: "RTX 4090",
     memory_bytes_per_s: 1.008e12,
@@ -49,6 +57,7 @@ pub const RTX_4090: GpuPeak = GpuPeak {
     f32_flops_per_s: 82.6e12,
 };
 
+/// AMD Radeon RX 7900 XTX, the tinybox red's GPU.
 pub const RX_7900_XTX: GpuPeak = GpuPeak {
     name: "RX 7900 XTX",
     memory_bytes_per_s: 0.96e12,
@@ -56,4 +65,5 @@ pub const RX_7900_XTX: GpuPeak = GpuPeak {
     f32_flops_per_s: 61.4e12,
 };
 
+/// Every GPU the floors are reported for, in report order.
 pub const GPUS: [GpuPeak; 3] = [H200, RTX_4090, RX_7900_XTX];

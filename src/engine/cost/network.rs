@@ -9,11 +9,17 @@ use crate::engine::model::resnet::{BlockKind, ResNetConfig, Stem};
 pub struct ConvShape {
     /// State-dict prefix, as `ResNet::param_specs` names it (`layer1.0.conv2`).
     pub name: String,
+    /// Input channels.
     pub in_c: usize,
+    /// Output channels.
     pub out_c: usize,
+    /// The side of the square kernel, in taps.
     pub kernel: usize,
+    /// The step between output positions on the input, in pixels.
     pub stride: usize,
+    /// The side of the square input feature map, in pixels.
     pub in_side: usize,
+    /// The side of the square output feature map, in pixels.
     pub out_side: usize,
     /// The stem conv computes no gradient for the images.
     pub needs_input_grad: bool,
@@ -41,6 +47,7 @@ impl ConvShape {
         }
     }
 
+    /// Weight elements: `out_c · in_c · kernel²` (the conv has no bias).
     pub fn weights(&self) -> u64 {
         (self.out_c * self.in_c * self.kernel * self.kernel) as u64
     }
@@ -68,6 +75,7 @@ impl ConvShape {
     }
 }
 
+/// One residual block: its conv → BN units and its shortcut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlockShape {
     /// `layer{stage}.{index}`.
@@ -79,27 +87,37 @@ pub struct BlockShape {
 }
 
 impl BlockShape {
+    /// Input elements per image of the block's first conv.
     pub fn input_elems(&self) -> u64 {
         self.units[0].input_elems()
     }
 
+    /// Output elements per image of the block's last conv (the block's output).
     pub fn output_elems(&self) -> u64 {
         self.units[self.units.len() - 1].output_elems()
     }
 }
 
+/// A whole residual network as shapes at one input size: stem, blocks and classifier.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetworkShape {
+    /// The side of the square input images, in pixels.
     pub image_side: usize,
+    /// The stem conv (`conv1`).
     pub stem: ConvShape,
     /// The stem's 3×3 stride-2 max pool: (side in, side out) when the stem has one.
     pub stem_pool: Option<(usize, usize)>,
+    /// The residual blocks in order, `layer1.0` first.
     pub blocks: Vec<BlockShape>,
+    /// Channels into the classifier after the global average pool (2048 for ResNet-50).
     pub features: usize,
+    /// Classes the classifier scores (1000 for ImageNet).
     pub classes: usize,
 }
 
 impl NetworkShape {
+    /// The shapes of the network `config` describes on square images of `image_side`
+    /// pixels.
     pub fn new(config: &ResNetConfig, image_side: usize) -> Self {
         let (stem_kernel, stem_stride) = match config.stem {
             Stem::ImageNet => (7, 2),

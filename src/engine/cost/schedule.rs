@@ -26,7 +26,9 @@ pub enum Category {
     Conv,
     /// 1×1 stride-1 convolutions run as GEMMs, all three passes.
     Gemm1x1,
+    /// The per-channel sum and sum-of-squares passes of BN, forward and backward.
     BnPartialSums,
+    /// The elementwise BN backward that writes the input gradient.
     BnDx,
     /// Residual adds forward and the shortcut-gradient adds backward.
     ResidualAdd,
@@ -36,12 +38,14 @@ pub enum Category {
     Relu,
     /// The stem's max pool, forward and backward.
     Pool,
+    /// The per-parameter norm and update kernels of LARS and momentum SGD.
     Optimizer,
     /// Global average pool, classifier, loss, BN finalize, 16-bit weight copies.
     Other,
 }
 
 impl Category {
+    /// Every category, in the order reports list them.
     pub const ALL: [Category; 10] = [
         Category::Conv,
         Category::Gemm1x1,
@@ -55,6 +59,7 @@ impl Category {
         Category::Other,
     ];
 
+    /// The group's name as reports print it.
     pub fn label(self) -> &'static str {
         match self {
             Category::Conv => "convolutions",
@@ -74,14 +79,21 @@ impl Category {
 /// One kernel (or one fused pass) of a step.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Kernel {
+    /// What the kernel does, prefixed with its layer's state-dict name (`layer1.0.conv2 BN
+    /// dx`).
     pub name: String,
+    /// The group the kernel is reported under.
     pub category: Category,
+    /// Floating-point operations, for the whole batch.
     pub flops: u64,
+    /// Bytes the kernel reads from device memory.
     pub bytes_read: u64,
+    /// Bytes the kernel writes to device memory.
     pub bytes_written: u64,
 }
 
 impl Kernel {
+    /// Bytes read plus bytes written.
     pub fn bytes(&self) -> u64 {
         self.bytes_read + self.bytes_written
     }

@@ -9,23 +9,34 @@ use crate::engine::backend::{
 use crate::engine::tensor::Tensor;
 use crate::engine::{EngineError, Result};
 
+/// The ε added to the variance before its square root, PyTorch's default.
 pub const DEFAULT_EPS: f32 = 1e-5;
+/// The running-statistics momentum, PyTorch's default: `running = (1 − m)·running +
+/// m·batch`.
 pub const DEFAULT_MOMENTUM: f32 = 0.1;
 
+/// A batch-norm layer: its parameters, running statistics, and the batch statistics its
+/// last training forward saved for backward.
 pub struct BatchNorm2d<B: Backend> {
+    /// Channels normalised: the last (C) dimension of the NHWC input.
     pub channels: usize,
+    /// The ε added to the variance before its square root.
     pub eps: f32,
+    /// The weight `m` of the batch statistics in the running-statistics update, in [0, 1].
     pub momentum: f32,
     /// Training mode uses and updates batch statistics; eval mode uses running ones.
     pub training: bool,
     /// γ (initially 1), β (0), running mean (0) and running var (1).
     pub state: BatchNormBuffers<B::Buffer>,
+    /// γ's and β's gradients from the last backward.
     pub grads: BatchNormGrads<B::Buffer>,
     saved: BatchNormSaved<B::Buffer>,
     saved_valid: bool,
 }
 
 impl<B: Backend> BatchNorm2d<B> {
+    /// A layer over `channels` channels in training mode, with PyTorch's initial values
+    /// and defaults; zero channels is an error.
     pub fn new(backend: &B, channels: usize) -> Result<Self> {
         if channels == 0 {
             return Err(EngineError::InvalidParameter {
@@ -75,6 +86,9 @@ impl<B: Backend> BatchNorm2d<B> {
         })
     }
 
+    /// `bn(x)` of an NHWC input with `channels` channels: from batch statistics in
+    /// training mode (updating the running ones and saving what backward needs), from
+    /// running ones in eval mode.
     pub fn forward(&mut self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         self.forward_with(backend, x, false)
     }
@@ -221,6 +235,7 @@ impl<B: Backend> BatchNorm2d<B> {
         Ok(p)
     }
 
+    /// γ and β with their gradients, for the optimizer.
     pub fn parameters(&mut self) -> Vec<ParamMut<'_, B>> {
         vec![
             ParamMut {

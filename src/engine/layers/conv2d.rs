@@ -10,16 +10,22 @@ use crate::engine::{EngineError, Result};
 /// The sizes of a convolution's weight, in PyTorch's (out, in, kh, kw) order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvWeightShape {
+    /// Output channels.
     pub out_c: usize,
+    /// Input channels.
     pub in_c: usize,
+    /// Kernel height, in taps.
     pub kernel_h: usize,
+    /// Kernel width, in taps.
     pub kernel_w: usize,
 }
 
 impl ConvWeightShape {
+    /// Weight elements: the product of the four sizes.
     pub fn len(&self) -> usize {
         self.out_c * self.in_c * self.kernel_h * self.kernel_w
     }
+    /// Whether any of the sizes is 0.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -72,14 +78,22 @@ pub fn conv_weight_to_oihw(hwio: &[f32], s: ConvWeightShape) -> Result<Vec<f32>>
     Ok(oihw)
 }
 
+/// A square-kernel 2-D convolution without bias over NHWC activations, with its weight and
+/// the weight gradient of the last backward.
 pub struct Conv2d<B: Backend> {
+    /// Input channels.
     pub in_c: usize,
+    /// Output channels.
     pub out_c: usize,
+    /// The side of the square kernel, in taps.
     pub kernel: usize,
+    /// The step between output positions on the input, in pixels.
     pub stride: usize,
+    /// Zero pixels added on each side of the input; less than `kernel`.
     pub padding: usize,
     /// `[kernel, kernel, in_c, out_c]`.
     pub weight: Tensor<B>,
+    /// The weight gradient of the last backward, in `weight`'s layout.
     pub weight_grad: Tensor<B>,
     /// When false (the first layer of a network), backward skips the input gradient.
     pub needs_input_grad: bool,
@@ -117,6 +131,7 @@ impl<B: Backend> Conv2d<B> {
         })
     }
 
+    /// The weight's sizes in PyTorch's (out, in, kh, kw) order.
     pub fn weight_shape(&self) -> ConvWeightShape {
         ConvWeightShape {
             out_c: self.out_c,
@@ -134,10 +149,13 @@ impl<B: Backend> Conv2d<B> {
         Ok(())
     }
 
+    /// The weights, copied to the host in PyTorch's (out, in, kh, kw) order.
     pub fn weight_oihw(&self, backend: &B) -> Result<Vec<f32>> {
         conv_weight_to_oihw(&self.weight.to_host(backend)?, self.weight_shape())
     }
 
+    /// The weight gradient of the last backward, copied to the host in PyTorch's (out, in,
+    /// kh, kw) order.
     pub fn weight_grad_oihw(&self, backend: &B) -> Result<Vec<f32>> {
         conv_weight_to_oihw(&self.weight_grad.to_host(backend)?, self.weight_shape())
     }
@@ -168,6 +186,7 @@ impl<B: Backend> Conv2d<B> {
         Ok(p)
     }
 
+    /// The convolution of an NHWC input with `in_c` channels: `[n, out_h, out_w, out_c]`.
     pub fn forward(&self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = self.params(x)?;
         let mut y = Tensor::alloc(backend, &[p.batch, p.out_h(), p.out_w(), p.out_c])?;
@@ -202,6 +221,7 @@ impl<B: Backend> Conv2d<B> {
         Ok(Some(dx))
     }
 
+    /// The weight with its gradient, for the optimizer.
     pub fn parameters(&mut self) -> Vec<ParamMut<'_, B>> {
         vec![ParamMut {
             kind: ParamKind::ConvWeight,

@@ -9,14 +9,21 @@ use crate::engine::{EngineError, Result};
 /// The MLPerf ResNet recipe's label smoothing.
 pub const RESNET_LABEL_SMOOTHING: f32 = 0.1;
 
+/// The loss layer: softmax cross-entropy with label smoothing over `[batch, classes]`
+/// logits.
 #[derive(Debug, Clone, Copy)]
 pub struct SoftmaxCrossEntropy {
+    /// The share ε of the target probability spread evenly over all classes, in [0, 1)
+    /// ([`RESNET_LABEL_SMOOTHING`] for ResNet).
     pub label_smoothing: f32,
 }
 
 /// Device-side results: `loss` has one element, `correct` one 0/1 per sample.
 pub struct CrossEntropyOutput<B: Backend> {
+    /// The mean loss over the batch's valid samples.
     pub loss: Tensor<B>,
+    /// Per sample, 1 when its first maximal logit is its label, else 0 (0 for padded
+    /// samples).
     pub correct: Tensor<B>,
 }
 
@@ -44,6 +51,8 @@ impl SoftmaxCrossEntropy {
         Ok(p)
     }
 
+    /// The loss of `logits` (`[batch, classes]`) against `labels` (`[batch]`), with each
+    /// sample's hit.
     pub fn forward<B: Backend>(
         &self,
         backend: &B,

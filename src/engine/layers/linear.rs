@@ -5,13 +5,19 @@ use crate::engine::backend::{Backend, LinearParams};
 use crate::engine::tensor::Tensor;
 use crate::engine::{EngineError, Result};
 
+/// A fully connected layer `y = x·Wᵀ + b` over `[batch, in_features]` inputs.
 pub struct Linear<B: Backend> {
+    /// Inputs per sample.
     pub in_features: usize,
+    /// Outputs per sample.
     pub out_features: usize,
     /// `[out_features, in_features]`.
     pub weight: Tensor<B>,
+    /// `[out_features]`, added to every sample's output.
     pub bias: Tensor<B>,
+    /// The weight gradient of the last backward, in `weight`'s layout.
     pub weight_grad: Tensor<B>,
+    /// The bias gradient of the last backward, `[out_features]`.
     pub bias_grad: Tensor<B>,
 }
 
@@ -50,6 +56,7 @@ impl<B: Backend> Linear<B> {
         }
     }
 
+    /// `x·Wᵀ + b` for `x` of shape `[batch, in_features]`: `[batch, out_features]`.
     pub fn forward(&self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = self.params(x)?;
         let mut y = Tensor::alloc(backend, &[p.batch, p.out_features])?;
@@ -90,6 +97,7 @@ impl<B: Backend> Linear<B> {
         Ok(dx)
     }
 
+    /// The weight and the bias with their gradients, for the optimizer.
     pub fn parameters(&mut self) -> Vec<ParamMut<'_, B>> {
         vec![
             ParamMut {

@@ -1,4 +1,4 @@
-//! Layers as explicit forward/backward pairs over [`Tensor`]s.
+//! Layers as explicit forward/backward pairs over [`Tensor`](crate::engine::Tensor)s.
 //!
 //! A layer never keeps its input: the caller holds the activations it will need and hands
 //! them back to `backward`, so the model decides what lives in memory. Backward calls
@@ -26,10 +26,15 @@ use super::backend::Backend;
 /// and linear weights; BN parameters and biases are in the skip list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ParamKind {
+    /// A convolution's weight.
     ConvWeight,
+    /// The classifier's weight matrix.
     LinearWeight,
+    /// The classifier's bias.
     LinearBias,
+    /// A batch norm's scale γ.
     BatchNormGamma,
+    /// A batch norm's shift β.
     BatchNormBeta,
 }
 
@@ -43,8 +48,11 @@ impl ParamKind {
 /// A learned parameter and its gradient from the last backward. The gradient is mutable
 /// so a data-parallel step can sum it across replicas in place before the update.
 pub struct ParamMut<'a, B: Backend> {
+    /// What the parameter is, which picks its update rule.
     pub kind: ParamKind,
+    /// The parameter's values, updated in place by the optimizer.
     pub value: &'a mut B::Buffer,
+    /// The loss's gradient with respect to `value`, of the same length.
     pub grad: &'a mut B::Buffer,
 }
 

@@ -4,10 +4,14 @@ use crate::engine::backend::{Backend, GlobalPoolParams, PoolParams};
 use crate::engine::tensor::Tensor;
 use crate::engine::Result;
 
+/// Max pooling over square windows of NHWC activations, channel by channel.
 #[derive(Debug, Clone, Copy)]
 pub struct MaxPool2d {
+    /// The side of the square window, in pixels.
     pub kernel: usize,
+    /// The step between windows, in pixels.
     pub stride: usize,
+    /// Pixels of padding on each side of the input, which never hold a window's maximum.
     pub padding: usize,
 }
 
@@ -34,6 +38,7 @@ impl MaxPool2d {
         Ok(p)
     }
 
+    /// The maximum of each window, per channel: `[n, out_h, out_w, c]`.
     pub fn forward<B: Backend>(&self, backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = self.params(x)?;
         let mut y = Tensor::alloc(backend, &[p.batch, p.out_h(), p.out_w(), p.channels])?;
@@ -76,6 +81,7 @@ impl GlobalAvgPool {
         Ok(p)
     }
 
+    /// The mean of an NHWC `x` over its h·w positions: `[n, c]`.
     pub fn forward<B: Backend>(backend: &B, x: &Tensor<B>) -> Result<Tensor<B>> {
         let p = Self::params(x.nhwc("global_avg_pool")?)?;
         let mut y = Tensor::alloc(backend, &[p.batch, p.channels])?;
@@ -83,6 +89,8 @@ impl GlobalAvgPool {
         Ok(y)
     }
 
+    /// The input gradient: each value of `dy` (`[n, c]`) spread evenly over the h·w
+    /// positions of an input of `input_shape`, so the forward's input need not be kept.
     pub fn backward<B: Backend>(
         backend: &B,
         input_shape: [usize; 4],

@@ -5,10 +5,12 @@ use crate::engine::backend::Backend;
 use crate::engine::tensor::Tensor;
 use crate::engine::Result;
 
+/// ReLU, `max(x, 0)` elementwise.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Relu;
 
 impl Relu {
+    /// `max(x, 0)`, written over `x`'s buffer and returned.
     pub fn forward<B: Backend>(backend: &B, mut x: Tensor<B>) -> Result<Tensor<B>> {
         backend.relu_forward(x.buffer_mut())?;
         Ok(x)

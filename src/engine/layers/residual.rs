@@ -6,6 +6,7 @@ use crate::engine::backend::Backend;
 use crate::engine::tensor::Tensor;
 use crate::engine::Result;
 
+/// The join of a residual block's main branch and its shortcut.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ResidualAdd;
 

@@ -16,9 +16,17 @@ use super::{check_lengths, OptimError};
 /// The LARS hyperparameters of the recipe.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LarsConfig {
+    /// The factor `momentum` on the buffer `b` each step (0.9 in the reference); 0 drops
+    /// momentum.
     pub momentum: f32,
+    /// The L2 weight decay `wd` added to the gradient and to the trust ratio's denominator
+    /// (2e-4 in the reference).
     pub weight_decay: f32,
+    /// The trust coefficient `tcoef` scaling `‖w‖ / (‖g‖ + wd·‖w‖ + ε)` (0.001 in the
+    /// reference); 0 makes the trust ratio 1, plain momentum SGD.
     pub trust_coefficient: f32,
+    /// The ε added to the trust ratio's denominator against a zero divisor (0 in the
+    /// reference).
     pub epsilon: f32,
 }
 

@@ -66,10 +66,14 @@ pub fn l2_norm(values: &[f32]) -> f32 {
 /// Bad arguments to an optimizer step.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OptimError {
+    /// A gradient or momentum buffer whose length differs from the parameter's.
     #[error("optimizer step: {what} holds {got} elements, the parameter {expected}")]
     LengthMismatch {
+        /// Which slice is off: `"gradient"` or `"momentum buffer"`.
         what: &'static str,
+        /// The parameter's length in elements.
         expected: usize,
+        /// The offending slice's length in elements.
         got: usize,
     },
 }

@@ -11,12 +11,16 @@ use super::error::ParallelError;
 use super::per_rank::run_per_rank;
 use super::ring::ring_bus_factor;
 
+/// One all-reduce bandwidth measurement: the buffer, the ranks and the time per call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BandwidthReport {
+    /// The collective's name in reports (`nccl`, `rccl`, `host-ring`).
     pub collective: String,
+    /// Ranks that took part, one per device.
     pub ranks: usize,
     /// Size of the buffer each rank reduces.
     pub bytes: usize,
+    /// Timed all-reduces, after the untimed warmup ones.
     pub iterations: usize,
     /// Wall time of one all-reduce, from the slowest rank.
     pub seconds_per_call: f64,

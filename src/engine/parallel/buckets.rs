@@ -65,10 +65,12 @@ impl BucketPlan {
         }
     }
 
+    /// Parameter-index ranges, in all-reduce order: the first holds the last parameters.
     pub fn buckets(&self) -> &[Range<usize>] {
         &self.buckets
     }
 
+    /// Parameters the plan covers: the length of the `lens` it was built from.
     pub fn params(&self) -> usize {
         self.params
     }

@@ -46,6 +46,8 @@ pub struct AbortOnPanic<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> AbortOnPanic<'a, B> {
+    /// A guard for `rank` of `collective`; keep it alive for as long as the thread takes
+    /// part.
     pub fn new(collective: &'a dyn AllReduce<B>, rank: usize) -> Self {
         AbortOnPanic { collective, rank }
     }

@@ -29,8 +29,11 @@ use super::shard::split_batch;
 
 /// One device's copy of the training state.
 pub struct Replica<B: Backend, M> {
+    /// The device this replica runs on.
     pub backend: B,
+    /// The replica's copy of the model, weights on `backend`.
     pub model: M,
+    /// The replica's optimizer state (momentum buffers) on `backend`.
     pub optimizer: DeviceOptimizer<B>,
 }
 
@@ -113,18 +116,23 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
             .and_then(|b| b.first().map(GradientBuckets::bucket_bytes))
     }
 
+    /// The replicas in rank order.
     pub fn replicas(&self) -> &[Replica<B, M>] {
         &self.replicas
     }
 
+    /// The replicas in rank order, mutably, for work between steps. A change to one
+    /// replica's weights must be made to all, or they stop training in lockstep.
     pub fn replicas_mut(&mut self) -> &mut [Replica<B, M>] {
         &mut self.replicas
     }
 
+    /// The replicas in rank order, dropping the collective.
     pub fn into_replicas(self) -> Vec<Replica<B, M>> {
         self.replicas
     }
 
+    /// The all-reduce the steps go through.
     pub fn collective(&self) -> &dyn AllReduce<B> {
         self.collective.as_ref()
     }

@@ -47,6 +47,8 @@ struct Port {
     staging: Vec<f32>,
 }
 
+/// An [`AllReduce`] over threads of one process, staged through host memory (see the
+/// module documentation); works with any backend.
 pub struct HostRing {
     ranks: usize,
     /// `inboxes[r]` delivers to rank `r`.
@@ -63,6 +65,8 @@ impl HostRing {
         Self::with_timeout(ranks, DEFAULT_TIMEOUT)
     }
 
+    /// A ring of `ranks` ranks (at least 1) in which a rank gives up after waiting
+    /// `timeout` for its predecessor.
     pub fn with_timeout(ranks: usize, timeout: Duration) -> Result<HostRing, ParallelError> {
         if ranks == 0 {
             return Err(ParallelError::Setup {

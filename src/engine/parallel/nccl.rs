@@ -47,7 +47,9 @@ const HIP_LIBRARY_NAMES: &[&str] = &["libamdhip64.so.6", "libamdhip64.so.5", "li
 /// Which collective library: NCCL for CUDA devices, RCCL for HIP devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Collective {
+    /// NVIDIA's NCCL, for CUDA devices.
     Nccl,
+    /// AMD's RCCL, for HIP devices.
     Rccl,
 }
 
@@ -77,6 +79,7 @@ impl Collective {
         }
     }
 
+    /// The file names the library is looked for under, in the order they are tried.
     pub fn library_names(self) -> &'static [&'static str] {
         match self {
             Collective::Nccl => LIBRARY_NAMES,
@@ -300,6 +303,8 @@ struct RankComm {
 // lock, which NCCL allows for a communicator created in another thread.
 unsafe impl Send for RankComm {}
 
+/// An [`AllReduce`] over NCCL or RCCL with one communicator per device of this process,
+/// reducing device memory in place (see the module documentation).
 pub struct NcclAllReduce {
     collective: Collective,
     library: Arc<NcclLibrary>,

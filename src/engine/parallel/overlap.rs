@@ -41,6 +41,8 @@ struct Done<Buf> {
 }
 
 impl<B: Backend> GradientBuckets<B> {
+    /// Buckets of at least `bucket_bytes`; the plan and the spare buffers are made at the
+    /// first step, from the model's gradients.
     pub fn new(bucket_bytes: usize) -> Self {
         GradientBuckets {
             bucket_bytes,
@@ -49,6 +51,7 @@ impl<B: Backend> GradientBuckets<B> {
         }
     }
 
+    /// The bucket size the plan is cut at, in bytes.
     pub fn bucket_bytes(&self) -> usize {
         self.bucket_bytes
     }

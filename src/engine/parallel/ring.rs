@@ -24,10 +24,15 @@ pub enum Combine {
 /// One message of a step: `from` sends its copy of `chunk` to `to`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transfer {
+    /// The step it belongs to, in `0..steps()`.
     pub step: usize,
+    /// The sending rank.
     pub from: usize,
+    /// The receiving rank, the sender's successor in the ring.
     pub to: usize,
+    /// The index of the chunk sent ([`RingSchedule::chunk`]).
     pub chunk: usize,
+    /// What the receiver does with it.
     pub combine: Combine,
 }
 
@@ -44,14 +49,17 @@ impl RingSchedule {
         (ranks > 0).then_some(RingSchedule { ranks, len })
     }
 
+    /// Ranks in the ring.
     pub fn ranks(&self) -> usize {
         self.ranks
     }
 
+    /// Elements of the buffer being reduced.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer has no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

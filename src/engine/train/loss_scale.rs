@@ -12,7 +12,13 @@ pub enum LossScaling {
     Static(f32),
     /// Starts at `initial`, halves on every overflowing step (down to 1) and doubles after
     /// `growth_interval` steps in a row without an overflow (up to [`MAX_LOSS_SCALE`]).
-    Dynamic { initial: f32, growth_interval: u32 },
+    Dynamic {
+        /// The starting scale, clamped to 1..=[`MAX_LOSS_SCALE`].
+        initial: f32,
+        /// Overflow-free steps in a row after which the scale doubles (0 counts as 1;
+        /// the recipe uses [`DEFAULT_GROWTH_INTERVAL`]).
+        growth_interval: u32,
+    },
 }
 
 /// The largest scale the dynamic mode grows to.
@@ -31,9 +37,16 @@ pub enum OverflowVerdict {
     /// Skip this step and go on (with the new scale, for the dynamic mode).
     Skip,
     /// Stop the run: the step overflowed `consecutive` times in a row at `scale`.
-    GiveUp { consecutive: u32, scale: f32 },
+    GiveUp {
+        /// Overflowing steps in a row at the smallest scale ([`OVERFLOW_PATIENCE`]).
+        consecutive: u32,
+        /// The loss scale those steps ran at.
+        scale: f32,
+    },
 }
 
+/// The loss scale of a run as it goes: its mode, the current scale, the clean-step and
+/// overflow counts the mode acts on, and the steps skipped.
 #[derive(Debug, Clone)]
 pub struct LossScaler {
     mode: LossScaling,
@@ -44,6 +57,8 @@ pub struct LossScaler {
 }
 
 impl LossScaler {
+    /// A scaler at the mode's starting scale: 1 without scaling, the fixed factor, or the
+    /// dynamic `initial` clamped to 1..=[`MAX_LOSS_SCALE`].
     pub fn new(mode: LossScaling) -> Self {
         let scale = match mode {
             LossScaling::None => 1.0,
@@ -59,6 +74,7 @@ impl LossScaler {
         }
     }
 
+    /// The mode it was built with.
     pub fn mode(&self) -> LossScaling {
         self.mode
     }

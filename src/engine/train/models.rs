@@ -7,8 +7,12 @@ use crate::engine::Result;
 /// A network by name: `resnet20`, `resnet18` (narrow: widths 16…128) or `resnet50`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelChoice {
+    /// CIFAR ResNet-20: three stages of three basic blocks at widths 16, 32 and 64.
     ResNet20,
+    /// ResNet-18's layout at a quarter of its widths ([`NARROW_RESNET18_WIDTH`]), with the
+    /// stem that suits the image size.
     ResNet18,
+    /// ResNet-50 v1.5, the network of the MLPerf benchmark.
     ResNet50,
 }
 
@@ -16,6 +20,8 @@ pub enum ModelChoice {
 pub const NARROW_RESNET18_WIDTH: usize = 16;
 
 impl ModelChoice {
+    /// The choice called `name` (`resnet20`, `resnet18` or `resnet50`), or `None` for any
+    /// other name.
     pub fn parse(name: &str) -> Option<ModelChoice> {
         match name {
             "resnet20" => Some(ModelChoice::ResNet20),
@@ -25,6 +31,7 @@ impl ModelChoice {
         }
     }
 
+    /// The choice's name, as [`parse`](Self::parse) takes it.
     pub fn name(self) -> &'static str {
         match self {
             ModelChoice::ResNet20 => "resnet20",
@@ -33,6 +40,8 @@ impl ModelChoice {
         }
     }
 
+    /// The network's layout for `classes` classes; `image_size` (pixels per side) picks
+    /// ResNet-18's stem and is ignored by the others.
     pub fn config(self, classes: usize, image_size: usize) -> ResNetConfig {
         match self {
             ModelChoice::ResNet20 => ResNetConfig::resnet20(classes),

@@ -20,6 +20,7 @@ use crate::engine::{EngineError, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
 pub enum UpdateOutcome {
+    /// Every parameter was updated.
     Applied,
     /// A gradient held a NaN or an infinity: every weight and momentum kept its value.
     NonFiniteGradients,
@@ -35,6 +36,8 @@ pub struct DeviceOptimizer<B: Backend> {
 }
 
 impl<B: Backend> DeviceOptimizer<B> {
+    /// An optimizer with `config` and no buffers yet: the first [`step`](Self::step) makes
+    /// them for its parameter list, the momentum starting at zero.
     pub fn new(config: LarsConfig) -> Self {
         DeviceOptimizer {
             config,

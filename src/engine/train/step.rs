@@ -11,13 +11,17 @@ use super::optimizer::{DeviceOptimizer, UpdateOutcome};
 
 /// A batch on the device: NHWC images and f32 labels, −1 for padding samples.
 pub struct DeviceBatch<B: Backend> {
+    /// `[n, size, size, 3]` NHWC pixels, as the loader made them.
     pub images: Tensor<B>,
+    /// `[n]` class indices as f32, −1 for padding samples.
     pub labels: Tensor<B>,
     /// Samples that count (not padding).
     pub valid: usize,
 }
 
 impl<B: Backend> DeviceBatch<B> {
+    /// Uploads `batch` to `backend`'s device, marking its padding samples with label −1;
+    /// its valid flags must be one per sample.
     pub fn upload(backend: &B, batch: &Batch) -> Result<Self> {
         let n = batch.len();
         let s = batch.image_size;
@@ -49,12 +53,16 @@ impl<B: Backend> DeviceBatch<B> {
 /// the model got right.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepResult {
+    /// The mean loss over the valid samples.
     pub loss: f32,
+    /// Valid samples whose top-1 prediction was their label.
     pub correct: usize,
+    /// Samples that count (not padding).
     pub valid: usize,
 }
 
 impl StepResult {
+    /// Top-1 accuracy, `correct / valid`; 0 for a batch without a valid sample.
     pub fn accuracy(&self) -> f64 {
         if self.valid == 0 {
             0.0

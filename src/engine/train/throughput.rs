@@ -15,13 +15,16 @@ use super::step::{train_step, DeviceBatch, StepOutcome};
 /// Timed steps of one batch size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThroughputReport {
+    /// Images per timed step.
     pub batch: usize,
+    /// The side of the square images, in pixels.
     pub image_size: usize,
     /// Wall time of each timed step, in order.
     pub step_seconds: Vec<f64>,
 }
 
 impl ThroughputReport {
+    /// The median of `step_seconds`, in seconds; NaN without a timed step.
     pub fn median_step_s(&self) -> f64 {
         let mut s = self.step_seconds.clone();
         s.sort_by(f64::total_cmp);

@@ -44,55 +44,83 @@ pub struct StepReport {
     pub epoch: u32,
     /// 1-based position within the epoch.
     pub step: usize,
+    /// Steps in this epoch.
     pub steps_per_epoch: usize,
     /// Steps taken in the whole run, this one included.
     pub global_step: u64,
+    /// The mean loss over this batch's valid samples.
     pub loss: f32,
     /// Accuracy on this batch's valid samples.
     pub accuracy: f64,
     /// This step's valid images over its wall time (data wait included).
     pub images_per_s: f64,
+    /// The learning rate the step ran at.
     pub lr: f64,
 }
 
 /// After one epoch (and its evaluation, when it had one).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpochReport {
+    /// The epoch that ended, 1-based.
     pub epoch: u32,
+    /// The recipe's planned epochs (`train_epochs`).
     pub planned_epochs: u32,
+    /// The mean of the epoch's per-step losses.
     pub mean_loss: f64,
+    /// Top-1 accuracy on the epoch's valid training samples, as the model stood at each
+    /// step.
     pub train_accuracy: f64,
+    /// Valid training images over the time spent in the epoch's steps (data waits
+    /// included, evaluation not).
     pub images_per_s: f64,
+    /// The learning rate of the epoch's last step.
     pub lr: f64,
+    /// Top-1 accuracy of the evaluation after this epoch; `None` when the epoch was not
+    /// evaluated.
     pub eval_accuracy: Option<f64>,
+    /// Wall time of the epoch with its evaluation, in seconds.
     pub elapsed_s: f64,
 }
 
 /// Who watches a run: progress reports and the cancel flag.
 pub trait TrainObserver {
+    /// Whether the run should stop; asked before every epoch and step, and between a
+    /// step's forward and backward.
     fn cancelled(&self) -> bool;
+    /// Called after every training step, skipped overflowing ones included.
     fn on_step(&mut self, report: &StepReport);
+    /// Called after every completed epoch, once its evaluation (if any) is done.
     fn on_epoch(&mut self, report: &EpochReport);
 }
 
 /// Why a run stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StopReason {
+    /// An evaluation reached the recipe's target accuracy.
     TargetReached,
     /// The planned epochs ran without reaching the target.
     EpochsExhausted,
+    /// The observer asked to stop.
     Cancelled,
+    /// A step's loss was NaN or infinite; that step updated nothing.
     NonFiniteLoss {
+        /// The epoch of that step, 1-based.
         epoch: u32,
+        /// The step's position within its epoch, 1-based.
         step: usize,
+        /// The loss it computed.
         loss: f32,
     },
     /// The gradients overflowed `consecutive` steps in a row at loss scale `scale`, the
     /// smallest the run's loss scaling allows.
     GradientsOverflowed {
+        /// The epoch of the last overflowing step, 1-based.
         epoch: u32,
+        /// The last overflowing step's position within its epoch, 1-based.
         step: usize,
+        /// Overflowing steps in a row at the smallest scale.
         consecutive: u32,
+        /// The loss scale those steps ran at.
         scale: f32,
     },
     /// An engine, data or log error.
@@ -100,6 +128,8 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// The `run_stop` status MLLOG gets: success for a reached target, aborted for every
+    /// other stop.
     pub fn mllog_status(&self) -> RunStatus {
         match self {
             StopReason::TargetReached => RunStatus::Success,
@@ -107,6 +137,8 @@ impl StopReason {
         }
     }
 
+    /// One sentence for the operator on why the run stopped, with what to change where
+    /// training diverged; `target` is the recipe's target accuracy.
     pub fn describe(&self, target: f64) -> String {
         match self {
             StopReason::TargetReached => format!("reached the target accuracy {target}"),
@@ -147,14 +179,17 @@ impl StopReason {
 /// What a run did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrainSummary {
+    /// Why the run stopped.
     pub reason: StopReason,
     /// Epochs whose every step ran.
     pub epochs_completed: u32,
+    /// Training steps taken, skipped overflowing ones included.
     pub steps: u64,
     /// Each evaluation: (epoch, top-1 accuracy).
     pub evals: Vec<(u32, f64)>,
     /// Seconds from the start of the run to the evaluation that reached the target.
     pub time_to_target_s: Option<f64>,
+    /// Wall time from the start of the loop to its stop, in seconds.
     pub run_seconds: f64,
     /// Valid training images over the time spent in training steps.
     pub train_images_per_s: f64,
@@ -169,10 +204,12 @@ pub struct TrainSummary {
 }
 
 impl TrainSummary {
+    /// The top-1 accuracy of the last evaluation; `None` when none ran.
     pub fn final_accuracy(&self) -> Option<f64> {
         self.evals.last().map(|&(_, a)| a)
     }
 
+    /// The best top-1 accuracy over all evaluations; `None` when none ran.
     pub fn best_accuracy(&self) -> Option<f64> {
         self.evals.iter().map(|&(_, a)| a).reduce(f64::max)
     }
@@ -180,7 +217,9 @@ impl TrainSummary {
 
 /// The data of a run: the training and evaluation loaders.
 pub struct TrainData {
+    /// The training set's loader: each epoch's shuffled, augmented batches.
     pub train: Loader,
+    /// The evaluation set's loader, read after every evaluated epoch.
     pub eval: Loader,
 }
 
