@@ -6,19 +6,10 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{read_record, tinyperf_exe, wait_for, Agent, AgentDirs, Bus};
-
-fn only_run_id(state_dir: &std::path::Path) -> Vec<String> {
-    let mut ids: Vec<String> = std::fs::read_dir(state_dir.join("runs"))
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    ids.sort();
-    ids
-}
+use common::curl::curl;
+use common::{
+    agent_command, read_record, run_ids, tinyperf_exe, wait_for, Agent, AgentDirs, AgentOnBus, Bus,
+};
 
 fn set_boot_suite(dirs: &AgentDirs, suite: Option<&str>) {
     let text = std::fs::read_to_string(dirs.config()).unwrap();
@@ -58,7 +49,7 @@ fn sigkill_during_a_run_leaves_it_interrupted_and_keeps_earlier_runs() {
     set_boot_suite(&dirs, Some("inventory"));
     let mut agent = Agent::start(&bus, &dirs);
     let first = wait_for(Duration::from_secs(30), "the boot run to finish", || {
-        let ids = only_run_id(&state);
+        let ids = run_ids(&state);
         let id = ids.first()?.clone();
         let r = read_record(&state, &id)?;
         (r["state"] != "running").then_some(id)
@@ -77,7 +68,7 @@ fn sigkill_during_a_run_leaves_it_interrupted_and_keeps_earlier_runs() {
         Duration::from_secs(30),
         "the second run's first stage",
         || {
-            let id = only_run_id(&state).into_iter().find(|id| *id != first)?;
+            let id = run_ids(&state).into_iter().find(|id| *id != first)?;
             let r = read_record(&state, &id)?;
             (r["stages"].as_array()?.len() == 1 && r["state"] == "running").then_some(id)
         },
@@ -162,7 +153,7 @@ fn run_with_a_state_dir_records_the_run() {
         .collect();
     assert_eq!(events.first().unwrap()["event"], "run_started");
     assert_eq!(events.last().unwrap()["event"], "run_finished");
-    let ids = only_run_id(dir.path());
+    let ids = run_ids(dir.path());
     assert_eq!(ids.len(), 1);
     let record = read_record(dir.path(), &ids[0]).unwrap();
     assert_eq!(record["state"], "passed");
@@ -225,23 +216,10 @@ extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
 }
 
-fn curl(args: &[&str]) -> (String, String) {
-    let out = Command::new("curl")
-        .args(["-s", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", ""));
-    (body.to_string(), code.to_string())
-}
-
 #[test]
 fn a_run_started_over_dbus_shows_over_http_and_in_the_cli() {
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("");
-    let agent = Agent::start(&bus, &dirs);
-    let base = format!("http://{}", agent.http);
+    let running = AgentOnBus::start("");
+    let (bus, agent) = (&running.bus, &running.agent);
 
     let out = Command::new("busctl")
         .arg(format!("--address={}", bus.address))
@@ -270,9 +248,9 @@ fn a_run_started_over_dbus_shows_over_http_and_in_the_cli() {
         Duration::from_secs(30),
         "the run to finish over HTTP",
         || {
-            let (body, code) = curl(&[&format!("{base}/api/v1/runs/{id}")]);
+            let (code, body) = curl(&[&agent.url(&format!("/api/v1/runs/{id}"))]);
             let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-            (code == "200" && v["state"] != "running").then_some(v)
+            (code == 200 && v["state"] != "running").then_some(v)
         },
     );
     assert_eq!(record["id"], id.as_str());
@@ -287,25 +265,25 @@ fn a_run_started_over_dbus_shows_over_http_and_in_the_cli() {
     assert!(runs.status.success(), "{runs:?}");
     assert!(String::from_utf8_lossy(&runs.stdout).contains(&id));
 
-    let (body, code) = curl(&[
+    let (code, body) = curl(&[
         "-X",
         "POST",
         "-H",
         "Content-Type: application/json",
         "-d",
         "{\"suite\": \"inventory\"}",
-        &format!("{base}/api/v1/runs"),
+        &agent.url("/api/v1/runs"),
     ]);
-    assert_eq!(code, "401", "{body}");
+    assert_eq!(code, 401, "{body}");
     assert!(body.contains("\"error\""), "{body}");
 }
 
 #[test]
 fn refused_clients_are_logged_once_per_interval() {
     use std::io::Write;
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("http_max_connections_per_peer = 4\nhttp_idle_timeout_s = 30");
-    let mut agent = Agent::start(&bus, &dirs);
+    let mut running =
+        AgentOnBus::start("http_max_connections_per_peer = 4\nhttp_idle_timeout_s = 30");
+    let agent = &mut running.agent;
     let held: Vec<_> = (0..4)
         .map(|_| std::net::TcpStream::connect(agent.http).unwrap())
         .collect();
@@ -327,11 +305,7 @@ fn refused_clients_are_logged_once_per_interval() {
 
 /// Starts an agent on `dirs` expecting it to refuse; returns its stderr.
 fn refused_start(bus: &Bus, dirs: &AgentDirs) -> String {
-    let out = Command::new(tinyperf_exe())
-        .args(["agent", "--config"])
-        .arg(dirs.config())
-        .args(["--bus", &bus.address])
-        .stdin(std::process::Stdio::null())
+    let out = agent_command(&dirs.config(), &bus.address)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -405,7 +379,7 @@ fn state_files_are_readable_by_the_group_and_writable_by_nobody_else() {
     let state = dirs.state_dir();
     let agent = Agent::start(&bus, &dirs);
     let id = wait_for(Duration::from_secs(30), "the boot run", || {
-        let id = only_run_id(&state).into_iter().next()?;
+        let id = run_ids(&state).into_iter().next()?;
         (read_record(&state, &id)?["state"] != "running").then_some(id)
     });
     drop(agent);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::small_resnet::{batch, model, never, replica, xent};
+use common::small_resnet::{batch, bits, host, model, never, replica, xent};
 use tinyperf::engine::model::resnet::ResNet;
 use tinyperf::engine::model::Model;
 use tinyperf::engine::parallel::{AllReduce, BucketPlan, DataParallel, HostRing, ParallelError};
@@ -40,12 +40,6 @@ fn ring(replicas: usize) -> Box<dyn AllReduce<CpuBackend>> {
     Box::new(HostRing::new(replicas).unwrap())
 }
 
-fn host(b: &CpuBackend, buf: &<CpuBackend as Backend>::Buffer) -> Vec<f32> {
-    let mut out = vec![0.0; b.buffer_len(buf)];
-    b.download(buf, &mut out).unwrap();
-    out
-}
-
 fn weights(dp: &mut DataParallel<CpuBackend, ResNet<CpuBackend>>) -> Vec<Vec<Vec<f32>>> {
     dp.replicas_mut()
         .iter_mut()
@@ -57,12 +51,6 @@ fn weights(dp: &mut DataParallel<CpuBackend, ResNet<CpuBackend>>) -> Vec<Vec<Vec
                 .map(|p| host(b, p.param.value))
                 .collect()
         })
-        .collect()
-}
-
-fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
-    v.iter()
-        .map(|x| x.iter().map(|f| f.to_bits()).collect())
         .collect()
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Agent, AgentDirs, Bus};
+use common::{agent_command, Agent, AgentDirs, AgentOnBus, Bus};
 use futures_util::StreamExt;
 use serde_json::Value;
 use tinyperf::api::dbus::{error_name, Agent1Error, Agent1Proxy, BUS_NAME, INTERFACE, OBJECT_PATH};
@@ -27,6 +27,13 @@ async fn connect(bus: &Bus) -> (zbus::Connection, Agent1Proxy<'static>) {
     (conn, proxy)
 }
 
+/// An agent on a fresh bus, and a connection and proxy to it.
+async fn agent_and_proxy() -> (AgentOnBus, zbus::Connection, Agent1Proxy<'static>) {
+    let running = AgentOnBus::start("");
+    let (conn, proxy) = connect(&running.bus).await;
+    (running, conn, proxy)
+}
+
 fn no_options() -> HashMap<String, Variant<'static>> {
     HashMap::new()
 }
@@ -43,6 +50,14 @@ fn busctl(bus: &Bus, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `busctl [flags] call` of the agent's method `member` with `args`, its signature first.
+fn busctl_call(bus: &Bus, flags: &[&str], member: &str, args: &[&str]) -> (bool, String, String) {
+    let mut all = flags.to_vec();
+    all.extend(["call", BUS_NAME, OBJECT_PATH, INTERFACE, member]);
+    all.extend(args);
+    busctl(bus, &all)
 }
 
 /// The D-Bus error name of a raw call's failure.
@@ -66,10 +81,7 @@ async fn next_within<S: futures_util::Stream + Unpin>(stream: &mut S, what: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn properties_and_read_methods_answer_when_idle() {
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("");
-    let _agent = Agent::start(&bus, &dirs);
-    let (_conn, agent) = connect(&bus).await;
+    let (_running, _conn, agent) = agent_and_proxy().await;
 
     assert_eq!(agent.state().await.unwrap(), "idle");
     assert_eq!(agent.current_run().await.unwrap(), "");
@@ -93,10 +105,7 @@ async fn properties_and_read_methods_answer_when_idle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inventory_run_emits_signals_and_property_changes() {
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("");
-    let _agent = Agent::start(&bus, &dirs);
-    let (conn, agent) = connect(&bus).await;
+    let (_running, conn, agent) = agent_and_proxy().await;
     let properties = zbus::fdo::PropertiesProxy::builder(&conn)
         .destination(BUS_NAME)
         .path(OBJECT_PATH)
@@ -182,10 +191,7 @@ async fn inventory_run_emits_signals_and_property_changes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_runs_is_newest_first_and_limited() {
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("");
-    let _agent = Agent::start(&bus, &dirs);
-    let (_conn, agent) = connect(&bus).await;
+    let (_running, _conn, agent) = agent_and_proxy().await;
     let mut finished = agent.receive_run_finished().await.unwrap();
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -209,10 +215,7 @@ async fn list_runs_is_newest_first_and_limited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_named_errors() {
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("");
-    let _agent = Agent::start(&bus, &dirs);
-    let (conn, agent) = connect(&bus).await;
+    let (_running, conn, agent) = agent_and_proxy().await;
 
     match agent.start("no-such-suite", &no_options()).await {
         Err(Agent1Error::InvalidArgs(m)) => assert!(m.contains("no-such-suite"), "{m}"),
@@ -299,10 +302,7 @@ async fn bad_requests_get_named_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_start_is_busy_and_cancel_ends_the_run_cancelled() {
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("");
-    let _agent = Agent::start(&bus, &dirs);
-    let (_conn, agent) = connect(&bus).await;
+    let (_running, _conn, agent) = agent_and_proxy().await;
     let mut finished = agent.receive_run_finished().await.unwrap();
 
     let mut options = no_options();
@@ -337,11 +337,10 @@ async fn second_start_is_busy_and_cancel_ends_the_run_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busctl_reads_properties_and_calls_methods() {
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("");
-    let _agent = Agent::start(&bus, &dirs);
+    let running = AgentOnBus::start("");
+    let bus = &running.bus;
 
-    let (ok, out, err) = busctl(&bus, &["introspect", BUS_NAME, OBJECT_PATH, INTERFACE]);
+    let (ok, out, err) = busctl(bus, &["introspect", BUS_NAME, OBJECT_PATH, INTERFACE]);
     assert!(ok, "{err}");
     for needle in [
         ".Start",
@@ -371,7 +370,7 @@ async fn busctl_reads_properties_and_calls_methods() {
     }
 
     let (ok, out, err) = busctl(
-        &bus,
+        bus,
         &[
             "get-property",
             BUS_NAME,
@@ -387,19 +386,7 @@ async fn busctl_reads_properties_and_calls_methods() {
         format!("s \"idle\"\ns \"{}\"\n", env!("CARGO_PKG_VERSION"))
     );
 
-    let (ok, out, err) = busctl(
-        &bus,
-        &[
-            "call",
-            BUS_NAME,
-            OBJECT_PATH,
-            INTERFACE,
-            "Start",
-            "sa{sv}",
-            "inventory",
-            "0",
-        ],
-    );
+    let (ok, out, err) = busctl_call(bus, &[], "Start", &["sa{sv}", "inventory", "0"]);
     assert!(ok, "{err}");
     let run_id = out
         .trim()
@@ -409,38 +396,14 @@ async fn busctl_reads_properties_and_calls_methods() {
         .to_string();
     assert!(tinyperf::record::store::is_valid_run_id(&run_id), "{out}");
 
-    let (ok, out, err) = busctl(
-        &bus,
-        &[
-            "--json=short",
-            "call",
-            BUS_NAME,
-            OBJECT_PATH,
-            INTERFACE,
-            "GetRun",
-            "s",
-            &run_id,
-        ],
-    );
+    let (ok, out, err) = busctl_call(bus, &["--json=short"], "GetRun", &["s", &run_id]);
     assert!(ok, "{err}");
     let reply: Value = serde_json::from_str(&out).unwrap();
     let record: Value = serde_json::from_str(reply["data"][0].as_str().unwrap()).unwrap();
     assert_eq!(record["id"], run_id.as_str());
     assert_eq!(record["trigger"], "dbus");
 
-    let (ok, out, err) = busctl(
-        &bus,
-        &[
-            "--json=short",
-            "call",
-            BUS_NAME,
-            OBJECT_PATH,
-            INTERFACE,
-            "ListRuns",
-            "u",
-            "1",
-        ],
-    );
+    let (ok, out, err) = busctl_call(bus, &["--json=short"], "ListRuns", &["u", "1"]);
     assert!(ok, "{err}");
     let reply: Value = serde_json::from_str(&out).unwrap();
     let runs: Value = serde_json::from_str(reply["data"][0].as_str().unwrap()).unwrap();
@@ -449,19 +412,16 @@ async fn busctl_reads_properties_and_calls_methods() {
     // Options of several D-Bus types in one call.
     common::wait_for(Duration::from_secs(60), "the run to finish", || {
         let (_, out, _) = busctl(
-            &bus,
+            bus,
             &["get-property", BUS_NAME, OBJECT_PATH, INTERFACE, "State"],
         );
         (out.trim() == "s \"idle\"").then_some(())
     });
-    let (ok, _, err) = busctl(
-        &bus,
+    let (ok, _, err) = busctl_call(
+        bus,
+        &[],
+        "Start",
         &[
-            "call",
-            BUS_NAME,
-            OBJECT_PATH,
-            INTERFACE,
-            "Start",
             "sa{sv}",
             "acceptance",
             "2",
@@ -475,18 +435,7 @@ async fn busctl_reads_properties_and_calls_methods() {
     );
     assert!(ok, "{err}");
 
-    let (ok, _, err) = busctl(
-        &bus,
-        &[
-            "call",
-            BUS_NAME,
-            OBJECT_PATH,
-            INTERFACE,
-            "GetRun",
-            "s",
-            "nope",
-        ],
-    );
+    let (ok, _, err) = busctl_call(bus, &[], "GetRun", &["s", "nope"]);
     assert!(!ok);
     assert!(err.contains("no run with id"), "{err}");
 }
@@ -497,13 +446,7 @@ fn a_second_agent_cannot_take_the_name() {
     let first_dirs = AgentDirs::new("");
     let _first = Agent::start(&bus, &first_dirs);
     let second_dirs = AgentDirs::new("");
-    let out = Command::new(common::tinyperf_exe())
-        .arg("agent")
-        .arg("--config")
-        .arg(second_dirs.config())
-        .arg("--bus")
-        .arg(&bus.address)
-        .stdin(Stdio::null())
+    let out = agent_command(&second_dirs.config(), &bus.address)
         .output()
         .expect("tinyperf agent runs");
     let log = String::from_utf8_lossy(&out.stderr);
@@ -513,10 +456,7 @@ fn a_second_agent_cannot_take_the_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_arguments_get_the_right_errors_with_bounded_echoes() {
-    let bus = Bus::start();
-    let dirs = AgentDirs::new("");
-    let _agent = Agent::start(&bus, &dirs);
-    let (conn, proxy) = connect(&bus).await;
+    let (_running, conn, proxy) = agent_and_proxy().await;
     let huge = "z".repeat(1 << 20);
     let bounded = |e: Agent1Error, name: &str| {
         let text = format!("{e:?}");

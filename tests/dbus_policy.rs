@@ -138,13 +138,7 @@ struct RootAgent {
 impl RootAgent {
     fn start(bus: &SystemLikeBus) -> RootAgent {
         let dirs = AgentDirs::new("");
-        let mut child = Command::new(common::tinyperf_exe())
-            .arg("agent")
-            .arg("--config")
-            .arg(dirs.config())
-            .arg("--bus")
-            .arg(&bus.address)
-            .stdin(Stdio::null())
+        let mut child = common::agent_command(&dirs.config(), &bus.address)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -3,13 +3,15 @@
 //! and scored; cancel stopping the script and its children; and every way a command
 //! can go wrong.
 
+mod common;
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use common::runs::{ipmitool_stand_in, only_run, stage_metric};
 
 fn minimal_log() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mlperf/minimal_resnet_pass.log")
@@ -34,36 +36,13 @@ fn script(dir: &Path, to_file: bool) -> PathBuf {
 fn run(state: &Path, options: &[String]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tinyperf"));
     // Wall power from the ipmitool stand-in (a script answering as a BMC would).
-    cmd.env(
-        "TINYPERF_IPMITOOL",
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/mlperf/ipmitool-stand-in/ipmitool"),
-    );
+    cmd.env("TINYPERF_IPMITOOL", ipmitool_stand_in());
     cmd.args(["run", "external", "--events", "jsonl", "--state-dir"])
         .arg(state);
     for o in options {
         cmd.arg("-o").arg(o);
     }
     cmd.output().expect("run tinyperf")
-}
-
-fn only_run(state: &Path) -> (PathBuf, Value) {
-    let dir = fs::read_dir(state.join("runs"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let record = serde_json::from_slice(&fs::read(dir.join("run.json")).unwrap()).unwrap();
-    (dir, record)
-}
-
-fn metric(record: &Value, name: &str) -> Option<f64> {
-    record["stages"][0]["metrics"]
-        .as_array()?
-        .iter()
-        .find(|m| m["name"] == name)?["value"]
-        .as_f64()
 }
 
 #[test]
@@ -86,14 +65,14 @@ fn a_benchmark_on_stdout_is_followed_live_and_scored() {
     assert!(events.contains("eval top-1 0.7595"), "{events}");
     let (dir, record) = only_run(&state);
     assert_eq!(record["state"], "passed", "{record:#}");
-    let minutes = metric(&record, "time_to_train_min").unwrap();
+    let minutes = stage_metric(&record["stages"][0], "time_to_train_min").unwrap();
     assert!((minutes - 217001.0 / 60000.0).abs() < 1e-9);
     // Measured at the wall through the stand-in's 400 W while the command ran.
     assert!(fs::read_to_string(dir.join("power.txt"))
         .unwrap()
         .contains("power_reading"));
     assert!(
-        metric(&record, "mlperf_energy_j").unwrap() > 0.0,
+        stage_metric(&record["stages"][0], "mlperf_energy_j").unwrap() > 0.0,
         "{record:#}"
     );
     // The run's MLLOG holds the MLLOG lines, the output log everything.

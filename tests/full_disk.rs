@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{wait_for, Agent, AgentDirs, Bus, TOKEN};
-use serde_json::Value;
+use common::{wait_for, Agent, AgentDirs, Bus};
 
 /// A tmpfs mounted over a folder, unmounted on drop.
 struct Tmpfs(PathBuf);
@@ -89,36 +88,6 @@ impl Drop for Tmpfs {
     }
 }
 
-fn curl(args: &[&str]) -> (u16, Value) {
-    let out = Command::new("curl")
-        .args(["-s", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (
-        code.parse().unwrap_or(0),
-        serde_json::from_str(body).unwrap_or(Value::Null),
-    )
-}
-
-fn post_run(agent: &Agent, body: &str) -> (u16, Value) {
-    curl(&[
-        "-X",
-        "POST",
-        "-H",
-        &format!("Authorization: Bearer {TOKEN}"),
-        "--json",
-        body,
-        &format!("http://{}/api/v1/runs", agent.http),
-    ])
-}
-
-fn status(agent: &Agent) -> Value {
-    curl(&[&format!("http://{}/api/v1/status", agent.http)]).1
-}
-
 fn run_folders(state: &Path) -> Vec<String> {
     std::fs::read_dir(state.join("runs"))
         .unwrap()
@@ -136,7 +105,7 @@ fn a_start_without_free_space_is_refused_and_leaves_nothing() {
     };
     let agent = Agent::start(&bus, &dirs);
     disk.fill(2 << 20);
-    let (code, reply) = post_run(&agent, r#"{"suite": "inventory"}"#);
+    let (code, reply) = agent.post_run(r#"{"suite": "inventory"}"#);
     assert_eq!(code, 507, "{reply}");
     assert_eq!(reply["error"]["code"], "no_space", "{reply}");
     let message = reply["error"]["message"].as_str().unwrap();
@@ -145,8 +114,7 @@ fn a_start_without_free_space_is_refused_and_leaves_nothing() {
 
     // A generated dataset that could never fit the cache is refused outright.
     disk.free();
-    let (code, reply) = post_run(
-        &agent,
+    let (code, reply) = agent.post_run(
         r#"{"suite": "smoke", "options": {"synth_classes": 72, "synth_per_class": 100000, "synth_size": 2048}}"#,
     );
     assert_eq!(code, 400, "{reply}");
@@ -169,23 +137,20 @@ fn a_disk_that_fills_during_a_run_loses_nothing() {
         return;
     };
     let mut agent = Agent::start(&bus, &dirs);
-    let (code, reply) = post_run(
-        &agent,
+    let (code, reply) = agent.post_run(
         r#"{"suite": "acceptance", "options": {"gemm_size": 128, "gemm_seconds": 2,
             "gemm_min_fraction": 0, "train_steps": 1, "train_warmup": 0, "train_batch": 2,
             "train_image_size": 32}}"#,
     );
     assert_eq!(code, 202, "{reply}");
     let id = reply["id"].as_str().unwrap().to_string();
-    wait_for(Duration::from_secs(60), "the cpu-gemm stage", || {
-        (status(&agent)["current_stage"] == "cpu-gemm").then_some(())
-    });
+    agent.wait_stage("cpu-gemm");
     disk.fill(0);
     let stop = Arc::new(AtomicBool::new(false));
     let filler = disk.keep_full(stop.clone());
 
     let status_after = wait_for(Duration::from_secs(120), "the run to end", || {
-        let s = status(&agent);
+        let s = agent.status();
         (s["state"] == "idle").then_some(s)
     });
     let last = &status_after["last_run"];
@@ -202,7 +167,7 @@ fn a_disk_that_fills_during_a_run_loses_nothing() {
         id.as_str(),
         "{status_after}"
     );
-    let (_, record) = curl(&[&format!("http://{}/api/v1/runs/{id}", agent.http)]);
+    let record = agent.run_record(&id);
     assert_eq!(record["state"], ended.as_str(), "served from memory");
     let on_disk = common::read_record(&dirs.state_dir(), &id).unwrap();
     assert_eq!(on_disk["state"], "running", "the disk was full");
@@ -217,12 +182,12 @@ fn a_disk_that_fills_during_a_run_loses_nothing() {
     assert!(saved["summary"]["findings"]
         .to_string()
         .contains("could not be saved"));
-    assert!(status(&agent).get("unsaved_runs").is_none());
+    assert!(agent.status().get("unsaved_runs").is_none());
 
     // A restart finds it finished, not interrupted.
     agent.stop();
     let agent = Agent::start(&bus, &dirs);
-    let (_, record) = curl(&[&format!("http://{}/api/v1/runs/{id}", agent.http)]);
+    let record = agent.run_record(&id);
     assert_eq!(record["state"], ended.as_str());
     drop(agent);
 }

@@ -5,29 +5,26 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::curl::curl;
+use common::in_process::{
+    exchange, get, next_event, open_events, post_json, request, serve_core, wait_finished, Served,
+    Serving, IO_LIMIT,
+};
+use common::TOKEN;
 use serde_json::{json, Value};
 use tinyperf::agent::config::Config;
 use tinyperf::agent::AgentHandle;
-use tinyperf::api::http::{serve, serve_with, Limits};
+use tinyperf::api::http::Limits;
 use tinyperf::record::{Metric, RunRecord, RunState, StageResult, Trigger, Verdict};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout, Instant};
 
-const TOKEN: &str = "test-token-0123456789abcdef";
 const SEEDED_RUN: &str = "20260101-000000-aaaaaa";
-const IO_LIMIT: Duration = Duration::from_secs(20);
-
-struct Server {
-    addr: SocketAddr,
-    state_dir: PathBuf,
-    handle: AgentHandle,
-    _dir: tempfile::TempDir,
-}
 
 /// Starts the agent core on a fresh store (after `seed` has written into its state
 /// directory) and serves HTTP on a loopback port, with `limits` or the defaults.
@@ -35,33 +32,20 @@ async fn start_server(
     token: Option<&str>,
     limits: Option<Limits>,
     seed: impl FnOnce(&Path),
-) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().join("state");
-    std::fs::create_dir_all(state_dir.join("runs")).unwrap();
-    seed(&state_dir);
+) -> Served {
     let config = Config {
-        state_dir: state_dir.clone(),
         cancel_grace: Duration::from_secs(2),
         ..Config::default()
     };
-    let handle = common::core_in(dir.path(), config);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let token = token.map(String::from);
-    match limits {
-        Some(limits) => tokio::spawn(serve_with(handle.clone(), listener, token, limits)),
-        None => tokio::spawn(serve(handle.clone(), listener, token)),
+    let serving = Serving {
+        token: token.map(String::from),
+        limits: limits.unwrap_or_default(),
+        ..Serving::default()
     };
-    Server {
-        addr,
-        state_dir,
-        handle,
-        _dir: dir,
-    }
+    serve_core(config, serving, seed).await
 }
 
-async fn default_server() -> Server {
+async fn default_server() -> Served {
     start_server(Some(TOKEN), None, |_| {}).await
 }
 
@@ -103,149 +87,10 @@ const SEEDED_TRAIN: &str = concat!(
     "\n",
 );
 
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
-    }
-    /// Asserts a JSON error with `status` and `code`.
-    fn assert_error(&self, status: u16, code: &str) {
-        assert_eq!(self.status, status, "{}", self.text());
-        assert!(
-            self.header("content-type")
-                .unwrap_or_default()
-                .starts_with("application/json"),
-            "error is not JSON: {:?}",
-            self.headers
-        );
-        let body = self.json();
-        assert_eq!(body["error"]["code"], code, "{body}");
-        assert!(
-            !body["error"]["message"].as_str().unwrap().is_empty(),
-            "{body}"
-        );
-    }
-}
-
-fn parse_reply(raw: &[u8]) -> Reply {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(raw)));
-    let head = std::str::from_utf8(&raw[..split]).unwrap();
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap();
-    let status = status_line.split(' ').nth(1).unwrap().parse().unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    let chunked = headers
-        .iter()
-        .any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    if chunked {
-        body = dechunk(&body);
-    }
-    Reply {
-        status,
-        headers,
-        body,
-    }
-}
-
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(end) = data.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let size_text = std::str::from_utf8(&data[..end]).unwrap();
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap();
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&data[end + 2..end + 2 + size]);
-        data = &data[end + 2 + size + 2..];
-    }
-}
-
-/// Sends `raw` on a new connection and reads the answer until the server closes.
-async fn exchange(addr: SocketAddr, raw: &[u8]) -> std::io::Result<Reply> {
-    let mut stream = TcpStream::connect(addr).await?;
-    stream.write_all(raw).await?;
-    let mut buf = Vec::new();
-    timeout(IO_LIMIT, stream.read_to_end(&mut buf))
-        .await
-        .map_err(|_| std::io::Error::other("no answer in time"))??;
-    Ok(parse_reply(&buf))
-}
-
-fn request(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> Vec<u8> {
-    let mut text = format!("{method} {path} HTTP/1.1\r\nhost: test\r\nconnection: close\r\n");
-    for (name, value) in headers {
-        text.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if let Some(body) = body {
-        text.push_str(&format!("content-length: {}\r\n\r\n{body}", body.len()));
-    } else {
-        text.push_str("\r\n");
-    }
-    text.into_bytes()
-}
-
-async fn get(addr: SocketAddr, path: &str) -> Reply {
-    exchange(addr, &request("GET", path, &[], None))
-        .await
-        .unwrap()
-}
-
-async fn post_json(addr: SocketAddr, path: &str, token: Option<&str>, body: &str) -> Reply {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut headers = vec![("content-type", "application/json")];
-    if let Some(auth) = &auth {
-        headers.push(("authorization", auth));
-    }
-    exchange(addr, &request("POST", path, &headers, Some(body)))
-        .await
-        .unwrap()
-}
-
 async fn assert_healthy(addr: SocketAddr) {
     let reply = get(addr, "/healthz").await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.json()["status"], "ok");
-}
-
-/// Polls the run until it leaves `running`, and returns its record.
-async fn wait_finished(addr: SocketAddr, id: &str, limit: Duration) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
-        let record = get(addr, &format!("/api/v1/runs/{id}")).await.json();
-        if record["state"] != "running" {
-            return record;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "run {id} still running: {record}"
-        );
-        sleep(Duration::from_millis(100)).await;
-    }
 }
 
 async fn wait_idle(handle: &AgentHandle) {
@@ -759,70 +604,6 @@ async fn run_ids_cannot_reach_outside_the_store() {
     assert_healthy(addr).await;
 }
 
-/// Reads one server-sent event (name and data), answering keep-alive comments with
-/// `(":", comment)`.
-async fn next_event(reader: &mut BufReader<TcpStream>) -> (String, String) {
-    let mut name = String::new();
-    let mut data = String::new();
-    loop {
-        let mut line = String::new();
-        let n = timeout(IO_LIMIT, reader.read_line(&mut line))
-            .await
-            .expect("an event in time")
-            .unwrap();
-        assert!(n > 0, "event stream closed");
-        let line = line.trim_end_matches(['\r', '\n']);
-        if line.is_empty() {
-            if !name.is_empty() || !data.is_empty() {
-                return (name, data);
-            }
-            continue;
-        }
-        // Chunk sizes of the chunked encoding are hex-only lines; skip them.
-        if !line.contains(':') && line.chars().all(|c| c.is_ascii_hexdigit()) {
-            continue;
-        }
-        if let Some(comment) = line.strip_prefix(':') {
-            return (":".into(), comment.trim().into());
-        }
-        if let Some(v) = line.strip_prefix("event: ") {
-            name = v.into();
-        } else if let Some(v) = line.strip_prefix("data: ") {
-            data = v.into();
-        }
-    }
-}
-
-async fn open_events(addr: SocketAddr) -> BufReader<TcpStream> {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            b"GET /api/v1/events HTTP/1.1\r\nhost: test\r\naccept: text/event-stream\r\n\r\n",
-        )
-        .await
-        .unwrap();
-    let mut reader = BufReader::new(stream);
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        timeout(IO_LIMIT, reader.read_line(&mut line))
-            .await
-            .unwrap()
-            .unwrap();
-        if line == "\r\n" {
-            break;
-        }
-        head.push_str(&line);
-    }
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("content-type: text/event-stream"),
-        "{head}"
-    );
-    reader
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_stream_a_run_from_start_to_finish() {
     let server = default_server().await;
@@ -1083,25 +864,17 @@ async fn curl_reads_and_writes() {
     let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["state"], "idle");
 
-    let out = Command::new("curl")
-        .args([
-            "-s",
-            "-w",
-            "\n%{http_code}",
-            "-H",
-            &format!("Authorization: Bearer {TOKEN}"),
-            "-H",
-            "Content-Type: application/json",
-            "-d",
-            r#"{"suite":"inventory"}"#,
-            &format!("{base}/api/v1/runs"),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    let (body, code) = text.rsplit_once('\n').unwrap();
-    assert_eq!(code, "202", "{text}");
-    let id = serde_json::from_str::<Value>(body).unwrap()["id"]
+    let (code, body) = curl(&[
+        "-H",
+        &format!("Authorization: Bearer {TOKEN}"),
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        r#"{"suite":"inventory"}"#,
+        &format!("{base}/api/v1/runs"),
+    ]);
+    assert_eq!(code, 202, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["id"]
         .as_str()
         .unwrap()
         .to_string();

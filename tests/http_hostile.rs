@@ -10,38 +10,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::in_process::{serve_core, Served, Serving};
 use tinyperf::agent::config::Config;
-use tinyperf::agent::AgentHandle;
-use tinyperf::api::http::{serve_with, Limits};
+use tinyperf::api::http::Limits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::{sleep, timeout, Instant};
 
 const HEALTHZ: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\r\n";
 
-struct Server {
-    addr: SocketAddr,
-    _handle: AgentHandle,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(limits: Limits) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let handle = common::core_in(
-        dir.path(),
-        Config {
-            state_dir: dir.path().join("state"),
-            ..Config::default()
-        },
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve_with(handle.clone(), listener, None, limits));
-    Server {
-        addr,
-        _handle: handle,
-        _dir: dir,
-    }
+async fn start(limits: Limits) -> Served {
+    let serving = Serving {
+        limits,
+        ..Serving::default()
+    };
+    serve_core(Config::default(), serving, |_| {}).await
 }
 
 /// Connects from `from` (any 127.0.0.0/8 address is this machine's own).

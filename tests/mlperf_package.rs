@@ -3,26 +3,16 @@
 //! `result_summarizer` on it, and every way a package can be wrong is refused with
 //! nothing left behind. Needs PyPI (through scripts/mlperf-check.sh) the first time.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::runs::{
+    ipmitool_stand_in, mlperf_check, output_text, run_dirs, stage_metric, SHORT_SMOKE,
+};
 use serde_json::Value;
-
-/// Settings that train ResNet-20 past 0.76 in seconds, even in a debug build.
-const SHORT_SMOKE: &[&str] = &[
-    "synth_classes=2",
-    "synth_per_class=32",
-    "synth_val_per_class=8",
-    "synth_size=16",
-    "image_size=16",
-    "batch_size=16",
-    "eval_batch_size=16",
-    "base_lr=1",
-    "lars_trust_coefficient=0.02",
-    "train_epochs=12",
-    "target_accuracy=0.76",
-];
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -36,14 +26,6 @@ fn tinyperf(args: &[&str]) -> Output {
         .expect("run tinyperf")
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// A short smoke run whose wall power comes from the ipmitool stand-in (a script that
 /// answers `dcmi power reading` with 400 W, as a BMC would). Runs are deterministic given
 /// their seed, and a drawn seed may miss this tiny set's target: each run gets one of
@@ -55,30 +37,10 @@ fn smoke_run(state: &Path, seed: u32) {
         .args(SHORT_SMOKE.iter().flat_map(|o| ["-o", o]))
         .args(["-o", &seed])
         .env("TINYPERF_LOG", "warn")
-        .env(
-            "TINYPERF_IPMITOOL",
-            repo().join("tests/fixtures/mlperf/ipmitool-stand-in/ipmitool"),
-        )
+        .env("TINYPERF_IPMITOOL", ipmitool_stand_in())
         .output()
         .expect("run tinyperf");
-    assert!(out.status.success(), "{}", text(&out));
-}
-
-fn metric(record: &Value, name: &str) -> Option<f64> {
-    record["stages"][0]["metrics"]
-        .as_array()?
-        .iter()
-        .find(|m| m["name"] == name)?["value"]
-        .as_f64()
-}
-
-fn runs_in(state: &Path) -> Vec<PathBuf> {
-    let mut runs: Vec<PathBuf> = fs::read_dir(state.join("runs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    runs.sort();
-    runs
+    assert!(out.status.success(), "{}", output_text(&out));
 }
 
 fn package(out: &Path, extra: &[&str], runs: &[PathBuf]) -> Output {
@@ -99,14 +61,6 @@ fn package(out: &Path, extra: &[&str], runs: &[PathBuf]) -> Output {
     tinyperf(&args)
 }
 
-fn checker(kind: &str, path: &Path) -> Output {
-    Command::new(repo().join("scripts/mlperf-check.sh"))
-        .arg(kind)
-        .arg(path)
-        .output()
-        .expect("run scripts/mlperf-check.sh")
-}
-
 fn summarizer(org: &Path) -> Value {
     let python = Command::new(repo().join("scripts/mlperf-check.sh"))
         .arg("python")
@@ -120,7 +74,7 @@ fn summarizer(org: &Path) -> Value {
         .current_dir(scratch.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -140,7 +94,7 @@ fn five_smoke_runs_make_a_package_the_checkers_pass() {
     for seed in 1..=5 {
         smoke_run(state.path(), seed);
     }
-    let runs = runs_in(state.path());
+    let runs = run_dirs(state.path());
     let out = tempfile::tempdir().unwrap();
     // Each run measured wall power for its timed part.
     for run in &runs {
@@ -152,18 +106,22 @@ fn five_smoke_runs_make_a_package_the_checkers_pass() {
             "{power}"
         );
         assert!(power.contains("wall power from the BMC"), "{power}");
-        let joules = metric(&record, "mlperf_energy_j").expect("energy on the record");
-        let seconds = metric(&record, "run_seconds").unwrap();
+        let joules =
+            stage_metric(&record["stages"][0], "mlperf_energy_j").expect("energy on the record");
+        let seconds = stage_metric(&record["stages"][0], "run_seconds").unwrap();
         assert!(
             joules > 0.5 * 400.0 * seconds && joules < 1.5 * 400.0 * seconds,
             "{joules} J in {seconds} s"
         );
-        assert!(metric(&record, "mlperf_img_per_j").unwrap() > 0.0);
-        assert_eq!(metric(&record, "mlperf_wall_power"), Some(1.0));
+        assert!(stage_metric(&record["stages"][0], "mlperf_img_per_j").unwrap() > 0.0);
+        assert_eq!(
+            stage_metric(&record["stages"][0], "mlperf_wall_power"),
+            Some(1.0)
+        );
     }
 
     let written = package(out.path(), &["--json"], &runs);
-    assert!(written.status.success(), "{}", text(&written));
+    assert!(written.status.success(), "{}", output_text(&written));
     let report: Value = serde_json::from_slice(&written.stdout).unwrap();
     let org = out.path().join("tinycorp");
     only(out.path(), &["tinycorp"]);
@@ -204,8 +162,8 @@ fn five_smoke_runs_make_a_package_the_checkers_pass() {
     let again = fs::read_to_string(implementation.join("run_and_time.sh")).unwrap();
     assert_eq!(again.matches("tinyperf run smoke").count(), 5, "{again}");
 
-    let checked = checker("package", &org);
-    assert!(checked.status.success(), "{}", text(&checked));
+    let checked = mlperf_check("package", &org);
+    assert!(checked.status.success(), "{}", output_text(&checked));
 
     let official = summarizer(&org);
     let ours = &report["systems"][0];
@@ -230,15 +188,23 @@ fn five_smoke_runs_make_a_package_the_checkers_pass() {
     // A target that exists is refused and left as it was.
     let again = package(out.path(), &[], &runs);
     assert!(!again.status.success());
-    assert!(text(&again).contains("exists"), "{}", text(&again));
+    assert!(
+        output_text(&again).contains("exists"),
+        "{}",
+        output_text(&again)
+    );
     only(out.path(), &["tinycorp"]);
 
     // Refusals, each before anything is written.
     let fresh = tempfile::tempdir().unwrap();
     let refused = |extra: &[&str], runs: &[PathBuf], says: &str| {
         let o = package(fresh.path(), extra, runs);
-        assert!(!o.status.success(), "{says}: {}", text(&o));
-        assert!(text(&o).contains(says), "{says}: {}", text(&o));
+        assert!(!o.status.success(), "{says}: {}", output_text(&o));
+        assert!(
+            output_text(&o).contains(says),
+            "{says}: {}",
+            output_text(&o)
+        );
         only(fresh.path(), &[]);
     };
     refused(&["--division", "closed"], &runs, "made as open division");
@@ -296,7 +262,7 @@ fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
         "--size",
         "16",
     ]);
-    assert!(synth.status.success(), "{}", text(&synth));
+    assert!(synth.status.success(), "{}", output_text(&synth));
     let state = work.path().join("state");
     let mut args = vec![
         "run",
@@ -320,8 +286,8 @@ fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
         args.push(o);
     }
     let run = tinyperf(&args);
-    let runs = runs_in(&state);
-    assert_eq!(runs.len(), 1, "{}", text(&run));
+    let runs = run_dirs(&state);
+    assert_eq!(runs.len(), 1, "{}", output_text(&run));
     let record: Value =
         serde_json::from_slice(&fs::read(runs[0].join("run.json")).unwrap()).unwrap();
     let names: Vec<&str> = record["stages"]
@@ -341,7 +307,7 @@ fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
             "mlperf-package"
         ],
         "{}",
-        text(&run)
+        output_text(&run)
     );
     let mut seeds: Vec<u64> = record["stages"].as_array().unwrap()[..5]
         .iter()
@@ -388,8 +354,8 @@ fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
     // Open division asks nothing of a run but an evaluation below 1.0, so the package
     // checker passes these unconverged runs and the summarizer times them; tinyperf says
     // what the summarizer prints beside its own verdict.
-    let checked = checker("package", &org);
-    assert!(checked.status.success(), "{}", text(&checked));
+    let checked = mlperf_check("package", &org);
+    assert!(checked.status.success(), "{}", output_text(&checked));
     let official = summarizer(&org);
     let (_, theirs) = official.as_object().unwrap().iter().next().unwrap();
     let score = tinyperf(&["mlperf", "score", "--json", org.to_str().unwrap()]);
@@ -433,7 +399,7 @@ fn mlperf_resnet_with_five_runs_trains_five_times_and_packages_them() {
         again.status.code(),
         Some(1),
         "written but without a score: {}",
-        text(&again)
+        output_text(&again)
     );
     assert!(out
         .join("tinycorp/results/cpubox/resnet/result_4.txt")

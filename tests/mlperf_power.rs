@@ -2,10 +2,13 @@
 //! stand-in (tests/fixtures/mlperf/ipmitool-stand-in, a script that answers as a BMC
 //! would), and GPU plus CPU package power from hwmon and powercap trees on disk.
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::runs::ipmitool_stand_in;
 use tinyperf::mlperf::energy::node_energy_j;
 use tinyperf::mlperf::log::MlLogText;
 use tinyperf::mlperf::power_log::PowerLog;
@@ -13,14 +16,9 @@ use tinyperf::runtime::power::ipmi::{parse_dcmi_reading, IpmiPower};
 use tinyperf::runtime::power::rapl::RaplPower;
 use tinyperf::runtime::power::{PowerKind, PowerMeter};
 
-fn stand_in() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/mlperf/ipmitool-stand-in/ipmitool")
-}
-
 #[test]
 fn the_ipmitool_stand_in_reads_as_a_bmc() {
-    let bmc = IpmiPower::open(stand_in()).expect("the stand-in answers");
+    let bmc = IpmiPower::open(ipmitool_stand_in()).expect("the stand-in answers");
     assert_eq!(bmc.read(), Ok(400.0));
     let text = "    Instantaneous power reading:   1234 Watts\n    Power reading state is:   deactivated\n";
     assert!(parse_dcmi_reading(text)
@@ -38,11 +36,8 @@ fn write(path: &Path, text: &str) {
 /// A machine with one amdgpu drawing 150 W (hwmon) and one CPU package (powercap),
 /// and a BMC device node but no ipmitool.
 fn component_tree(root: &Path) -> PathBuf {
-    let gpu = root.join("sys/bus/pci/devices/0000:03:00.0");
-    write(&gpu.join("vendor"), "0x1002\n");
-    write(&gpu.join("class"), "0x030000\n");
-    write(&gpu.join("hwmon/hwmon2/name"), "amdgpu\n");
-    write(&gpu.join("hwmon/hwmon2/power1_average"), "150000000\n");
+    let hwmon = common::amdgpu_sysfs(root, "0000:03:00.0", "hwmon2");
+    write(&hwmon.join("power1_average"), "150000000\n");
     let package = root.join("sys/class/powercap/intel-rapl:0");
     write(&package.join("name"), "package-0\n");
     write(&package.join("energy_uj"), "1000000\n");

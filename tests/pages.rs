@@ -10,50 +10,22 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::in_process::{exchange, request, serve_core, Reply, Served, Serving};
 use tinyperf::agent::config::Config;
-use tinyperf::agent::AgentHandle;
-use tinyperf::api::http::{serve_priced, Limits, Prices};
+use tinyperf::api::http::Prices;
 use tinyperf::record::{Check, Metric, RunRecord, RunState, StageResult, Trigger, Verdict};
 use tinyperf::runtime::telemetry::csv::HEADER;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const RUN: &str = "20270101-000000-abcdef";
 const HEALTH_RUN: &str = "20270101-000100-abcdef";
 const HOSTILE: &str = "<script>alert(\"owned\")</script>'";
 
-struct Server {
-    addr: SocketAddr,
-    _handle: AgentHandle,
-    _dir: tempfile::TempDir,
-}
-
-async fn start(seed: impl FnOnce(&Path), prices: Prices) -> Server {
-    let dir = tempfile::tempdir().unwrap();
-    let state_dir = dir.path().join("state");
-    std::fs::create_dir_all(state_dir.join("runs")).unwrap();
-    seed(&state_dir);
-    let handle = common::core_in(
-        dir.path(),
-        Config {
-            state_dir,
-            ..Config::default()
-        },
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve_priced(
-        handle.clone(),
-        listener,
-        None,
-        Limits::default(),
+async fn start(seed: impl FnOnce(&Path), prices: Prices) -> Served {
+    let serving = Serving {
         prices,
-    ));
-    Server {
-        addr,
-        _handle: handle,
-        _dir: dir,
-    }
+        ..Serving::default()
+    };
+    serve_core(Config::default(), serving, seed).await
 }
 
 fn stage(name: &str, metrics: Vec<Metric>, checks: Vec<Check>) -> StageResult {
@@ -150,59 +122,22 @@ fn seed(state_dir: &Path) {
     write_record(state_dir, &health);
 }
 
-struct Reply {
-    status: u16,
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case(name).then(|| v.trim().to_string())
-        })
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-async fn get_with(addr: SocketAddr, path: &str, extra: &str) -> Reply {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n{extra}\r\n")
-                .as_bytes(),
-        )
+/// GET `path` with `headers` added, checking that the page came whole.
+async fn get_with(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let reply = exchange(addr, &request("GET", path, headers, None))
         .await
-        .unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
-        .await
-        .expect("an answer in time")
-        .unwrap();
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head");
-    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        .expect("an answer in time");
     assert!(
-        !head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked"),
+        !reply
+            .header("transfer-encoding")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked")),
         "pages are sent whole"
     );
-    Reply {
-        status,
-        head,
-        body: raw[end + 4..].to_vec(),
-    }
+    reply
 }
 
 async fn get(addr: SocketAddr, path: &str) -> Reply {
-    get_with(addr, path, "").await
+    get_with(addr, path, &[]).await
 }
 
 /// The `src` of every script and the `href` of every style sheet of a page.
@@ -231,10 +166,7 @@ async fn the_status_page_loads_only_the_agents_own_files_and_escapes_every_value
         "{policy}"
     );
     assert!(!policy.contains("unsafe-inline"), "{policy}");
-    assert_eq!(
-        page.header("x-content-type-options").as_deref(),
-        Some("nosniff")
-    );
+    assert_eq!(page.header("x-content-type-options"), Some("nosniff"));
     let html = page.text();
     assert!(!html.contains("<script>") && !html.contains("alert(\"owned\")"));
     assert!(html.contains("&#60;script&#62;alert(&#34;owned&#34;)&#60;/script&#62;&#39;"));
@@ -257,10 +189,7 @@ async fn the_status_page_loads_only_the_agents_own_files_and_escapes_every_value
     for file in &files {
         let plain = get(server.addr, file).await;
         assert_eq!(plain.status, 200, "{file}: {}", plain.text());
-        assert_eq!(
-            plain.header("x-content-type-options").as_deref(),
-            Some("nosniff")
-        );
+        assert_eq!(plain.header("x-content-type-options"), Some("nosniff"));
         let kind = plain.header("content-type").unwrap();
         if file.contains(".js") {
             assert!(kind.starts_with("text/javascript"), "{file}: {kind}");
@@ -268,7 +197,7 @@ async fn the_status_page_loads_only_the_agents_own_files_and_escapes_every_value
             assert!(kind.starts_with("text/css"), "{file}: {kind}");
         }
         total += plain.body.len();
-        let gzip = get_with(server.addr, file, "accept-encoding: gzip, br\r\n").await;
+        let gzip = get_with(server.addr, file, &[("accept-encoding", "gzip, br")]).await;
         total_gzip += gzip.body.len();
     }
     println!(
@@ -297,10 +226,10 @@ async fn uplot_is_served_with_its_licence_and_gzipped_to_clients_that_take_it() 
     let gzipped = get_with(
         server.addr,
         "/static/uplot.min.js",
-        "accept-encoding: gzip\r\n",
+        &[("accept-encoding", "gzip")],
     )
     .await;
-    assert_eq!(gzipped.header("content-encoding").as_deref(), Some("gzip"));
+    assert_eq!(gzipped.header("content-encoding"), Some("gzip"));
     assert!(gzipped.body.len() < plain.body.len() / 2);
     let mut gunzip = std::process::Command::new("gzip")
         .arg("-dc")

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::small_resnet::{batch as host_batch, model, never, replica, xent, IMAGE};
+use common::small_resnet::{batch as host_batch, bits, host, model, never, replica, xent, IMAGE};
 use tinyperf::engine::backend::cpu::CpuBuffer;
 use tinyperf::engine::data::Batch;
 use tinyperf::engine::model::resnet::ResNet;
@@ -38,12 +38,6 @@ fn cpu_dp(replicas: usize) -> DataParallel<CpuBackend, ResNet<CpuBackend>> {
     DataParallel::new(reps, Box::new(HostRing::new(replicas).unwrap()), xent()).unwrap()
 }
 
-fn host<B: Backend>(b: &B, buf: &B::Buffer) -> Vec<f32> {
-    let mut out = vec![0.0; b.buffer_len(buf)];
-    b.download(buf, &mut out).unwrap();
-    out
-}
-
 fn grads<B: Backend, M: Model<B>>(b: &B, m: &mut M) -> Vec<Vec<f32>> {
     m.parameters()
         .iter()
@@ -67,12 +61,6 @@ fn running_stats<B: Backend>(b: &B, m: &ResNet<B>) -> Vec<Vec<f32>> {
                 host(b, &bn.state.running_var),
             ]
         })
-        .collect()
-}
-
-fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
-    v.iter()
-        .map(|x| x.iter().map(|f| f.to_bits()).collect())
         .collect()
 }
 

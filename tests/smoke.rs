@@ -11,26 +11,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::runs::{expect_metric, mlperf_check, only_run, output_text, SHORT_SMOKE};
 use serde_json::Value;
 
 const EXIT_USAGE: i32 = 2;
 
-/// Settings that train ResNet-20 past 0.759 in seconds, even in a debug build.
-const SHORT_SMOKE: &[&str] = &[
-    "synth_classes=2",
-    "synth_per_class=32",
-    "synth_val_per_class=8",
-    "synth_size=16",
-    "image_size=16",
-    "batch_size=16",
-    "eval_batch_size=16",
-    "base_lr=1",
-    "lars_trust_coefficient=0.02",
-    "train_epochs=12",
-    "target_accuracy=0.76",
-    // Runs draw their own seed unless given one; this one reaches the target here.
-    "seed=1",
-];
+/// The short smoke options with a seed: runs draw their own seed unless given one,
+/// and this one reaches the target here.
+fn short_smoke() -> Vec<&'static str> {
+    let mut options = SHORT_SMOKE.to_vec();
+    options.push("seed=1");
+    options
+}
 
 fn tinyperf() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tinyperf"));
@@ -47,54 +39,16 @@ fn run_with(state: &Path, args: &[&str], options: &[&str]) -> Output {
     cmd.output().expect("run tinyperf")
 }
 
-/// The one run recorded under `state`: its folder and record.
-fn only_run(state: &Path) -> (PathBuf, Value) {
-    let runs: Vec<PathBuf> = fs::read_dir(state.join("runs"))
-        .expect("runs folder")
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(runs.len(), 1, "{runs:?}");
-    let record = fs::read(runs[0].join("run.json")).expect("run.json");
-    (runs[0].clone(), serde_json::from_slice(&record).unwrap())
-}
-
-fn checker(kind: &str, file: &Path) -> Output {
-    Command::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/scripts/mlperf-check.sh"
-    ))
-    .arg(kind)
-    .arg(file)
-    .output()
-    .expect("run scripts/mlperf-check.sh")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 #[test]
 fn a_short_smoke_run_trains_to_target_and_its_mllog_passes_the_compliance_checker() {
     let state = tempfile::tempdir().unwrap();
-    let out = run_with(state.path(), &["--suite", "smoke"], SHORT_SMOKE);
-    assert!(out.status.success(), "{}", text(&out));
+    let out = run_with(state.path(), &["--suite", "smoke"], &short_smoke());
+    assert!(out.status.success(), "{}", output_text(&out));
     let (dir, record) = only_run(state.path());
     assert_eq!(record["state"], "passed", "{record:#}");
     let stage = &record["stages"][0];
     assert_eq!(stage["name"], "smoke");
-    let metric = |name: &str| {
-        stage["metrics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["name"] == name)
-            .and_then(|m| m["value"].as_f64())
-            .unwrap_or_else(|| panic!("metric {name} in {stage:#}"))
-    };
+    let metric = |name: &str| expect_metric(stage, name);
     assert!(metric("final_accuracy") >= 0.76);
     assert!(metric("time_to_target_s") > 0.0);
     assert!(metric("epochs") >= 1.0);
@@ -106,13 +60,13 @@ fn a_short_smoke_run_trains_to_target_and_its_mllog_passes_the_compliance_checke
     let log = fs::read_to_string(&mllog).unwrap();
     assert!(log.contains("\"key\": \"run_stop\""), "{log}");
     assert!(log.contains("\"status\": \"success\""), "{log}");
-    let check = checker("compliance", &mllog);
-    assert!(check.status.success(), "{}\n{log}", text(&check));
-    assert!(text(&check).contains("SUCCESS"));
+    let check = mlperf_check("compliance", &mllog);
+    assert!(check.status.success(), "{}\n{log}", output_text(&check));
+    assert!(output_text(&check).contains("SUCCESS"));
 
     let desc = dir.join("system_desc.json");
-    let check = checker("system-desc", &desc);
-    assert!(check.status.success(), "{}", text(&check));
+    let check = mlperf_check("system-desc", &desc);
+    assert!(check.status.success(), "{}", output_text(&check));
 }
 
 #[test]
@@ -131,7 +85,7 @@ fn a_missing_dataset_fails_the_run_with_an_error_naming_the_path() {
         let mut args = vec![suite];
         args.extend(extra.iter().map(|s| &**s));
         let out = run_with(state.path(), &args, &[]);
-        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
         let (dir, record) = only_run(state.path());
         assert_eq!(record["state"], "failed", "{record:#}");
         let stage = &record["stages"][0];
@@ -153,7 +107,7 @@ fn a_dataset_without_a_val_split_is_an_error_that_says_so() {
         &["smoke", "--dataset", data.to_str().unwrap()],
         &[],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
     let (_, record) = only_run(state.path());
     let message = record["stages"][0]["message"].as_str().unwrap();
     assert!(message.contains("val/"), "{message}");
@@ -176,15 +130,30 @@ fn out_of_range_hyperparameters_are_usage_errors_before_anything_is_recorded() {
             out.status.code(),
             Some(EXIT_USAGE),
             "{option}: {}",
-            text(&out)
+            output_text(&out)
         );
-        assert!(text(&out).contains(needle), "{option}: {}", text(&out));
+        assert!(
+            output_text(&out).contains(needle),
+            "{option}: {}",
+            output_text(&out)
+        );
         assert!(!state.path().join("runs").exists() || only_runs_empty(state.path()));
     }
 }
 
+/// `tinyperf dataset synth` into `data` with `args`, which must succeed.
+fn synth_dataset(data: &Path, args: &[&str]) {
+    let out = tinyperf()
+        .args(["dataset", "synth"])
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", output_text(&out));
+}
+
 fn only_runs_empty(state: &Path) -> bool {
-    fs::read_dir(state.join("runs")).map_or(true, |mut d| d.next().is_none())
+    common::run_ids(state).is_empty()
 }
 
 #[test]
@@ -193,7 +162,7 @@ fn a_cancel_during_training_stops_the_run_and_keeps_its_aborted_mllog() {
     let mut cmd = tinyperf();
     cmd.args(["run", "smoke", "--events", "jsonl", "--state-dir"])
         .arg(state.path());
-    for o in SHORT_SMOKE {
+    for o in short_smoke() {
         cmd.arg("-o").arg(o);
     }
     // Enough epochs that the run is still training when the signal comes.
@@ -250,21 +219,19 @@ fn a_cancel_during_training_stops_the_run_and_keeps_its_aborted_mllog() {
 fn a_given_dataset_with_broken_jpegs_trains_and_reports_them() {
     let state = tempfile::tempdir().unwrap();
     let data = state.path().join("data");
-    let out = tinyperf()
-        .args(["dataset", "synth"])
-        .arg(&data)
-        .args([
+    synth_dataset(
+        &data,
+        &[
             "--classes",
             "2",
             "--per-class",
             "32",
             "--val-per-class",
             "8",
-        ])
-        .args(["--size", "16"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+            "--size",
+            "16",
+        ],
+    );
     let class_dir = data.join("train").join(
         fs::read_dir(data.join("train"))
             .unwrap()
@@ -281,9 +248,8 @@ fn a_given_dataset_with_broken_jpegs_trains_and_reports_them() {
     fs::write(&files[0], b"").unwrap();
     let bytes = fs::read(&files[1]).unwrap();
     fs::write(&files[1], &bytes[..bytes.len() / 2]).unwrap();
-    let options: Vec<&str> = SHORT_SMOKE
-        .iter()
-        .copied()
+    let options: Vec<&str> = short_smoke()
+        .into_iter()
         .filter(|o| !o.starts_with("synth_"))
         .collect();
     let out = run_with(
@@ -296,7 +262,7 @@ fn a_given_dataset_with_broken_jpegs_trains_and_reports_them() {
     assert!(
         matches!(stage["verdict"].as_str(), Some("pass" | "fail")),
         "{}\n{stage:#}",
-        text(&out)
+        output_text(&out)
     );
     let unreadable = stage["metrics"]
         .as_array()
@@ -325,11 +291,11 @@ fn an_unrecorded_run_says_where_its_mllog_went() {
     cmd.args(["run", "smoke"])
         .env("TMPDIR", &tmp)
         .env("XDG_CACHE_HOME", &cache);
-    for o in SHORT_SMOKE {
+    for o in short_smoke() {
         cmd.arg("-o").arg(o);
     }
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let path = stderr
         .lines()
@@ -348,21 +314,13 @@ fn an_fp16_smoke_run_on_the_cpu_trains_with_the_reference_loss_scale() {
     let out = run_with(
         state.path(),
         &["--suite", "smoke", "--precision", "fp16"],
-        SHORT_SMOKE,
+        &short_smoke(),
     );
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", output_text(&out));
     let (_, record) = only_run(state.path());
     assert_eq!(record["state"], "passed", "{record:#}");
     let stage = &record["stages"][0];
-    let metric = |name: &str| {
-        stage["metrics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["name"] == name)
-            .and_then(|m| m["value"].as_f64())
-            .unwrap_or_else(|| panic!("metric {name} in {stage:#}"))
-    };
+    let metric = |name: &str| expect_metric(stage, name);
     assert!(metric("final_accuracy") >= 0.76);
     assert_eq!(metric("final_loss_scale"), 128.0);
     assert!(metric("skipped_steps") < metric("steps"));
@@ -382,8 +340,12 @@ fn precision_is_refused_by_a_suite_that_does_not_train() {
         &["--suite", "inventory", "--precision", "bf16"],
         &[],
     );
-    assert_eq!(out.status.code(), Some(EXIT_USAGE), "{}", text(&out));
-    assert!(text(&out).contains("precision"), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(EXIT_USAGE), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("precision"),
+        "{}",
+        output_text(&out)
+    );
     assert!(only_runs_empty(state.path()));
 }
 
@@ -394,21 +356,21 @@ fn precision_is_refused_by_a_suite_that_does_not_train() {
 fn a_dataset_of_another_shape_trains_to_the_default_target_without_schedule_options() {
     let state = tempfile::tempdir().unwrap();
     let data = state.path().join("data");
-    let out = tinyperf()
-        .args(["dataset", "synth"])
-        .arg(&data)
-        .args([
+    synth_dataset(
+        &data,
+        &[
             "--classes",
             "5",
             "--per-class",
             "20",
             "--val-per-class",
             "10",
-        ])
-        .args(["--size", "24", "--seed", "7"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+            "--size",
+            "24",
+            "--seed",
+            "7",
+        ],
+    );
     // Only what keeps a debug build quick: the image side and the batch.
     let options = [
         "image_size=16",
@@ -428,16 +390,8 @@ fn a_dataset_of_another_shape_trains_to_the_default_target_without_schedule_opti
     };
 
     let (out, stage) = smoke(state.path(), &[]);
-    assert!(out.status.success(), "{}\n{stage:#}", text(&out));
-    let metric = |name: &str| {
-        stage["metrics"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["name"] == name)
-            .and_then(|m| m["value"].as_f64())
-            .unwrap_or_else(|| panic!("metric {name} in {stage:#}"))
-    };
+    assert!(out.status.success(), "{}\n{stage:#}", output_text(&out));
+    let metric = |name: &str| expect_metric(&stage, name);
     assert!(metric("final_accuracy") >= 0.8, "{stage:#}");
     assert!(metric("epochs") > 10.0, "{stage:#}");
     let fitted = stage["findings"]
@@ -453,7 +407,7 @@ fn a_dataset_of_another_shape_trains_to_the_default_target_without_schedule_opti
     // The generated set's schedule, given as options, stops short on this set.
     let fixed = tempfile::tempdir().unwrap();
     let (out, stage) = smoke(fixed.path(), &["train_epochs=10", "warmup_epochs=1"]);
-    assert!(!out.status.success(), "{}\n{stage:#}", text(&out));
+    assert!(!out.status.success(), "{}\n{stage:#}", output_text(&out));
     assert_eq!(stage["verdict"], "fail", "{stage:#}");
 }
 
@@ -489,7 +443,7 @@ fn a_run_streams_its_training_figures_and_gpu_samples_live_and_nothing_after_its
     .arg(state.path())
     .arg("--root")
     .arg(root.path());
-    for o in SHORT_SMOKE {
+    for o in short_smoke() {
         cmd.arg("-o").arg(o);
     }
     let out = cmd.stderr(Stdio::null()).output().unwrap();

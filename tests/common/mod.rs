@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod curl;
+pub mod in_process;
+pub mod runs;
 pub mod small_resnet;
 
 pub const TOKEN: &str = "test-token-0123456789abcdef-0123456789abcdef";
@@ -121,15 +124,9 @@ impl Agent {
     }
 
     pub fn start_with_args(bus: &Bus, dirs: &AgentDirs, args: &[&str]) -> Agent {
-        let mut child = Command::new(tinyperf_exe())
-            .arg("agent")
-            .arg("--config")
-            .arg(dirs.config())
-            .arg("--bus")
-            .arg(&bus.address)
+        let mut child = agent_command(&dirs.config(), &bus.address)
             .args(args)
             .env("TINYPERF_LOG", "info")
-            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -200,6 +197,39 @@ impl Drop for Agent {
     }
 }
 
+/// `tinyperf agent` with the config file `config` on the bus at `bus`, its stdin
+/// closed: how every test starts an agent process, whether it expects it to serve or
+/// to refuse.
+pub fn agent_command(config: &Path, bus: &str) -> Command {
+    let mut command = Command::new(tinyperf_exe());
+    command
+        .arg("agent")
+        .arg("--config")
+        .arg(config)
+        .arg("--bus")
+        .arg(bus)
+        .stdin(Stdio::null());
+    command
+}
+
+/// A private bus with an agent serving on it, as most agent tests begin. The fields
+/// drop in order, so the agent is killed before its files and its bus go away.
+pub struct AgentOnBus {
+    pub agent: Agent,
+    pub dirs: AgentDirs,
+    pub bus: Bus,
+}
+
+impl AgentOnBus {
+    /// A fresh bus, and an agent on it whose config adds `extra` (see [`AgentDirs::new`]).
+    pub fn start(extra: &str) -> AgentOnBus {
+        let bus = Bus::start();
+        let dirs = AgentDirs::new(extra);
+        let agent = Agent::start(&bus, &dirs);
+        AgentOnBus { agent, dirs, bus }
+    }
+}
+
 /// Polls `f` until it returns `Some`, or panics after `limit`.
 pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;
@@ -218,6 +248,20 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
 pub fn read_record(state_dir: &Path, id: &str) -> Option<serde_json::Value> {
     let bytes = std::fs::read(state_dir.join("runs").join(id).join("run.json")).ok()?;
     serde_json::from_slice(&bytes).ok()
+}
+
+/// The ids of the runs stored under `state_dir`, oldest first; none before the store
+/// has made its `runs` folder.
+pub fn run_ids(state_dir: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(state_dir.join("runs"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
 }
 
 /// Writes a token file with `mode`.

@@ -68,3 +68,18 @@ pub fn batch(n: usize, seed: u64) -> Batch {
         replaced: 0,
     }
 }
+
+/// The contents of `buf`, copied back from the device.
+pub fn host<B: Backend>(b: &B, buf: &B::Buffer) -> Vec<f32> {
+    let mut out = vec![0.0; b.buffer_len(buf)];
+    b.download(buf, &mut out).unwrap();
+    out
+}
+
+/// The bit patterns of each tensor's values: bitwise equality, where `==` would let
+/// -0.0 equal 0.0 and no NaN equal itself.
+pub fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    v.iter()
+        .map(|x| x.iter().map(|f| f.to_bits()).collect())
+        .collect()
+}
