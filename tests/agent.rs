@@ -177,6 +177,51 @@ fn run_rejects_unknown_suites_and_options_with_usage_errors() {
 }
 
 #[test]
+fn the_worker_executes_the_plan_it_is_given_without_a_suite_of_its_own() {
+    let bad = Command::new(tinyperf_exe())
+        .args(["run", "--plan-json", "{\"suite\": 1}"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--plan-json is not a run plan"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let both = Command::new(tinyperf_exe())
+        .args(["run", "inventory", "--plan-json", "{}"])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "a plan and a suite together");
+
+    // The plan the agent would hand its worker: checked once, here, then run as it is.
+    let plan = tinyperf::suite::plan::preflight(
+        "inventory",
+        serde_json::Map::new(),
+        tinyperf::suite::plan::Workspace::for_run(None, None),
+    )
+    .unwrap();
+    let out = Command::new(tinyperf_exe())
+        .args(["run", "--events", "jsonl", "--plan-json"])
+        .arg(serde_json::to_string(&plan).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["event"], "run_started");
+    assert_eq!(events[0]["suite"], "inventory");
+    assert_eq!(events.last().unwrap()["state"], "passed");
+}
+
+#[test]
 fn a_cancelled_worker_reports_cancelled() {
     let mut child = Command::new(tinyperf_exe())
         .args([
