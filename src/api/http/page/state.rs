@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::page::HistoryParts;
-use super::page_compare::Prices;
+use super::compare::Prices;
+use super::history::HistoryParts;
 use crate::record::{RunRecord, Verdict};
 
 /// Finished runs' pages kept rendered.

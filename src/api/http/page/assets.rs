@@ -4,7 +4,7 @@
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_ENCODING, VARY};
 use hyper::{HeaderMap, Response, StatusCode};
 
-use super::response::{self, ApiError, Body};
+use crate::api::http::response::{self, ApiError, Body};
 
 /// uPlot's files, from its pinned npm tarball (see build.rs).
 pub struct UplotFiles {
