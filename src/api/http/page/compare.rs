@@ -8,8 +8,11 @@ use crate::record::RunBrief;
 
 /// One published result.
 pub struct Reference {
+    /// The submitter's system name.
     pub system: &'static str,
+    /// Its accelerators (`8× H100-SXM5-80GB`).
     pub accelerators: &'static str,
+    /// The published time to train, in minutes.
     pub minutes: f64,
     /// Training throughput from the submission's logs, where known.
     pub img_per_s: Option<f64>,
@@ -63,8 +66,11 @@ pub const REFERENCES: &[Reference] = &[
     },
 ];
 
+/// A tinybox green's list price, in US dollars.
 pub const GREEN_PRICE_USD: f64 = 25_000.0;
+/// A tinybox red's list price, in US dollars.
 pub const RED_PRICE_USD: f64 = 15_000.0;
+/// What a kilowatt-hour costs unless configured, in US dollars.
 pub const DEFAULT_ELECTRICITY_USD_PER_KWH: f64 = 0.15;
 
 /// What the box cost and what its power costs, for price-performance.
@@ -72,6 +78,7 @@ pub const DEFAULT_ELECTRICITY_USD_PER_KWH: f64 = 0.15;
 pub struct Prices {
     /// The box's price; `None` takes the list price of its SKU, when it has one.
     pub box_usd: Option<f64>,
+    /// What a kilowatt-hour costs, in US dollars.
     pub electricity_usd_per_kwh: f64,
 }
 

@@ -20,8 +20,11 @@ const MAX_CHART_POINTS: usize = 600;
 
 /// What the page is made from.
 pub struct RunPageData<'a> {
+    /// The run's record.
     pub record: &'a RunRecord,
+    /// The box's SKU, for the header and the comparison.
     pub sku: &'a str,
+    /// The agent's version, for the header and the assets' cache keys.
     pub version: &'a str,
     /// `telemetry.csv`, when the run has one.
     pub telemetry: Option<&'a [u8]>,
@@ -29,8 +32,11 @@ pub struct RunPageData<'a> {
     pub mllog: Option<&'a [u8]>,
     /// `train.jsonl`, each epoch's training figures, when the run trained.
     pub train: Option<&'a [u8]>,
+    /// The stored runs, newest first, for the box's best figures.
     pub runs: &'a [RunBrief],
+    /// What the box and its power cost.
     pub prices: &'a Prices,
+    /// Whether the build embeds the chart library.
     pub charts: bool,
 }
 
@@ -82,6 +88,7 @@ struct ChartData {
     ys: Vec<Vec<Option<f64>>>,
 }
 
+/// The page as HTML; a template that fails to render gives a page that says so.
 pub fn render(d: &RunPageData<'_>) -> String {
     let r = d.record;
     let mut charts = d.train.map(train_charts).unwrap_or_default();
