@@ -9,28 +9,51 @@ use std::path::{Path, PathBuf};
 /// The shortest token accepted: 32 bytes, as 256 random bits would need.
 pub const MIN_TOKEN_BYTES: usize = 32;
 
+/// Why the token file cannot be trusted or read; each message says how to fix it.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
+    /// Someone other than root or the agent's user owns the file.
     #[error(
         "the token file {path} is owned by uid {owner}, not by root: anyone who owns it can \
          change the token (fix: chown root:root {path})"
     )]
-    Owner { path: PathBuf, owner: u32 },
+    Owner {
+        /// The token file.
+        path: PathBuf,
+        /// The owner's uid.
+        owner: u32,
+    },
+    /// Others than the owner may read or write the file.
     #[error(
         "the token file {path} has mode {mode:04o}, so others can {access} it (fix: chmod 600 {path})"
     )]
     Mode {
+        /// The token file.
         path: PathBuf,
+        /// Its permission bits.
         mode: u32,
+        /// What others may do with it: `read`, `write` or `read and write`.
         access: &'static str,
     },
+    /// The token is shorter than [`MIN_TOKEN_BYTES`].
     #[error(
         "the token file {path} holds {len} bytes of token, fewer than {MIN_TOKEN_BYTES} (fix: \
          od -An -tx1 -N32 /dev/urandom | tr -d ' \\n' > {path}; chmod 600 {path})"
     )]
-    TooShort { path: PathBuf, len: usize },
+    TooShort {
+        /// The token file.
+        path: PathBuf,
+        /// The token's length, in bytes.
+        len: usize,
+    },
+    /// The file could not be read.
     #[error("cannot read the token file {path}: {source}")]
-    Read { path: PathBuf, source: io::Error },
+    Read {
+        /// The token file.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
 }
 
 /// The token in `path`, `Ok(None)` when there is no such file (HTTP writes are then

@@ -18,23 +18,34 @@ pub struct AerCounters {
     /// Errors by the kernel's name for them, only those above zero; the totals below come
     /// from the kernel's own `TOTAL_ERR_*` line (one message can carry several bits).
     pub correctable: BTreeMap<String, u64>,
+    /// Non-fatal uncorrectable errors by name, likewise.
     pub nonfatal: BTreeMap<String, u64>,
+    /// Fatal uncorrectable errors by name, likewise.
     pub fatal: BTreeMap<String, u64>,
+    /// Correctable errors since boot (`TOTAL_ERR_COR`).
     pub total_correctable: u64,
+    /// Non-fatal uncorrectable errors since boot (`TOTAL_ERR_NONFATAL`).
     pub total_nonfatal: u64,
+    /// Fatal uncorrectable errors since boot (`TOTAL_ERR_FATAL`).
     pub total_fatal: u64,
     /// What a root port received from below it (root ports only).
     pub rootport_total: Option<RootPortTotals>,
 }
 
+/// A root port's `aer_rootport_total_err_*`: the error messages it received from the
+/// devices below it, since boot.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct RootPortTotals {
+    /// Correctable error messages received.
     pub correctable: u64,
+    /// Non-fatal uncorrectable error messages received.
     pub nonfatal: u64,
+    /// Fatal uncorrectable error messages received.
     pub fatal: u64,
 }
 
 impl AerCounters {
+    /// Non-fatal and fatal errors together: the transactions the device lost.
     pub fn uncorrectable(&self) -> u64 {
         self.total_nonfatal + self.total_fatal
     }
@@ -109,18 +120,24 @@ pub fn read_counters(dir: &Path) -> Option<AerCounters> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PathRole {
+    /// The GPU function itself.
     Gpu,
     /// A switch or bridge port between the GPU and its root port (a 7900 XTX's own switch).
     Bridge,
+    /// The root port the GPU's path starts at.
     RootPort,
 }
 
 /// Counters that moved, on one device of one GPU's path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LinkErrors {
+    /// The GPU whose path the device is on.
     pub gpu: PciAddress,
+    /// The device whose counters moved (the GPU itself, a bridge or the root port).
     pub device: PciAddress,
+    /// Where on the path that device sits.
     pub role: PathRole,
+    /// Its counters.
     pub counters: AerCounters,
 }
 
@@ -134,6 +151,7 @@ impl LinkErrors {
                 .is_some_and(|t| t.nonfatal + t.fatal > 0)
     }
 
+    /// The finding in words: where on the path, and which errors how often.
     pub fn describe(&self) -> String {
         let place = match self.role {
             PathRole::Gpu => "on the GPU".to_string(),

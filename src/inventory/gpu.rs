@@ -87,14 +87,18 @@ pub fn model_name(vendor: u16, device: u16, revision: Option<u8>) -> Option<&'st
         .map(|m| m.name)
 }
 
+/// Who made a GPU; only these two are recognised as GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuVendor {
+    /// AMD (PCI vendor `1002`).
     Amd,
+    /// NVIDIA (PCI vendor `10de`).
     Nvidia,
 }
 
 impl GpuVendor {
+    /// The vendor as people write it: `AMD`, `NVIDIA`.
     pub fn name(self) -> &'static str {
         match self {
             GpuVendor::Amd => "AMD",
@@ -116,6 +120,7 @@ pub fn gpu_vendor(device: &PciDevice) -> Option<GpuVendor> {
     }
 }
 
+/// Where a GPU's memory size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VramSource {
@@ -125,11 +130,15 @@ pub enum VramSource {
     Runtime,
 }
 
+/// Whether the CPU can map all of a GPU's memory (see [`RebarStatus`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RebarState {
+    /// It can: Resizable BAR is on, or the BAR covers the memory anyway.
     On,
+    /// It cannot: only the legacy aperture is mapped.
     Off,
+    /// Nothing the kernel exposes tells.
     Unknown,
 }
 
@@ -141,6 +150,7 @@ pub enum RebarState {
 /// 3. otherwise whether the largest memory BAR is larger than 256 MiB.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RebarStatus {
+    /// The verdict.
     pub state: RebarState,
     /// How the state was decided, in words.
     pub basis: String,
@@ -220,22 +230,31 @@ fn vram_aperture(device: &PciDevice) -> Option<&pci::Bar> {
 /// One GPU.
 #[derive(Debug, Clone, Serialize)]
 pub struct Gpu {
+    /// The GPU function's PCI address.
     pub address: PciAddress,
+    /// Who made it.
     pub vendor: GpuVendor,
     /// `1002:744c`.
     pub pci_id: String,
+    /// The marketing name (`Radeon RX 7900 XTX`), from the model table by id and revision.
     pub model: String,
     /// Whether the model is in the table (otherwise `model` names vendor and id).
     pub known_model: bool,
+    /// The kernel driver bound to it (`amdgpu`, `nvidia`), if any.
     pub driver: Option<String>,
+    /// That driver's version, where the system tells it.
     pub driver_version: Option<String>,
+    /// Device memory, in bytes, when known.
     pub vram_bytes: Option<u64>,
+    /// Where `vram_bytes` came from.
     pub vram_source: Option<VramSource>,
     /// The GPU function's own link.
     pub link: PciLink,
     /// The slowest link on the way to the root port.
     pub path_link: PathLink,
+    /// Whether the CPU can map all of its memory.
     pub resizable_bar: RebarStatus,
+    /// The NUMA node the device hangs off, where the platform reports one.
     pub numa_node: Option<u32>,
 }
 

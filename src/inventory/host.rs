@@ -7,10 +7,14 @@ use serde::Serialize;
 
 use super::read::{self, Findings, Presence};
 
+/// The host's identity and size: CPU, memory, kernel and board.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Host {
+    /// The kernel's host name (`proc/sys/kernel/hostname`).
     pub hostname: Option<String>,
+    /// The CPU's `model name` from `/proc/cpuinfo`.
     pub cpu_model: Option<String>,
+    /// Populated CPU sockets: distinct physical ids.
     pub cpu_sockets: Option<u32>,
     /// Physical cores: distinct (physical id, core id) pairs.
     pub cpu_cores: Option<u32>,
@@ -18,18 +22,26 @@ pub struct Host {
     pub cpu_threads: Option<u32>,
     /// `MemTotal`: installed memory less what firmware and the kernel keep.
     pub memory_bytes: Option<u64>,
+    /// The running kernel's release (`6.12.9-amd64`).
     pub kernel: Option<String>,
+    /// The board and firmware, from SMBIOS.
     pub board: Board,
 }
 
 /// The DMI identity of the machine (`sys/class/dmi/id`); absent on VMs without SMBIOS.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Board {
+    /// `sys_vendor`: who made the system.
     pub system_vendor: Option<String>,
+    /// `product_name`: the system's model.
     pub product_name: Option<String>,
+    /// `board_vendor`: who made the mainboard.
     pub board_vendor: Option<String>,
+    /// `board_name`: the mainboard's model.
     pub board_name: Option<String>,
+    /// `board_serial`: the mainboard's serial number.
     pub board_serial: Option<String>,
+    /// `bios_version`: the firmware's version.
     pub bios_version: Option<String>,
 }
 
@@ -60,9 +72,13 @@ impl Board {
 /// What `/proc/cpuinfo` says about the processors.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CpuSummary {
+    /// The `model name` of the processors.
     pub model: Option<String>,
+    /// Distinct `physical id`s, when the file has them.
     pub sockets: Option<u32>,
+    /// Distinct (physical id, core id) pairs, or every thread without topology fields.
     pub cores: Option<u32>,
+    /// Logical processors: blocks in the file.
     pub threads: u32,
 }
 

@@ -12,18 +12,27 @@ use serde::Serialize;
 use super::pci::PciAddress;
 use super::xid::{self, XidClass};
 
+/// What a GPU message says happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum KernelEventKind {
+    /// An NVIDIA Xid: the driver's error code for a GPU fault.
     Xid {
+        /// The Xid number (79 is "fallen off the bus").
         code: u32,
+        /// NVIDIA's name for it.
         name: &'static str,
+        /// Whose fault it usually is, and so whether it is serious.
         class: XidClass,
     },
+    /// The GPU stopped answering on PCIe ("has fallen off the bus"), with no Xid.
     FallenOffTheBus,
+    /// An amdgpu ring (a GPU command queue) timed out.
     RingTimeout {
+        /// The ring's name (`gfx_0.0.0`, `sdma0`).
         ring: String,
     },
+    /// amdgpu reset the GPU.
     GpuReset,
 }
 
@@ -32,18 +41,23 @@ pub enum KernelEventKind {
 pub struct KernelEvent {
     /// The record's sequence number and time since boot.
     pub seq: u64,
+    /// Seconds from boot to the message.
     pub seconds_since_boot: f64,
     /// The address as logged (an Xid names the device without its function).
     pub address: PciAddress,
     /// Whether that address is a GPU of this box.
     pub known_gpu: bool,
+    /// What happened.
     #[serde(flatten)]
     pub kind: KernelEventKind,
+    /// Whether it points at broken hardware or a lost GPU, rather than at a program.
     pub serious: bool,
+    /// The record's text, at most 300 characters.
     pub message: String,
 }
 
 impl KernelEvent {
+    /// The finding in words: the GPU, what happened, when, and the message.
     pub fn describe(&self) -> String {
         let what = match &self.kind {
             KernelEventKind::Xid { code, name, .. } => format!("Xid {code} ({name})"),
@@ -67,11 +81,16 @@ impl KernelEvent {
 /// (` KEY=value`) that are not part of the text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    /// The record's sequence number.
     pub seq: u64,
+    /// When it was logged, in microseconds since boot.
     pub usec: u64,
+    /// The message, without the header.
     pub text: String,
 }
 
+/// The records in `data` (a `/dev/kmsg` dump), in order; malformed lines and
+/// continuation lines are left out.
 pub fn parse_records(data: &str) -> Vec<Record> {
     data.lines()
         .filter(|line| !line.starts_with(' '))

@@ -57,17 +57,27 @@ pub struct HardwareReport {
     pub schema_version: u32,
     /// The tinyperf that took the inventory.
     pub tinyperf_version: String,
+    /// The SKU the box is judged as (`tinybox-red`), or `unrecognised`.
     pub sku: String,
+    /// How that SKU was chosen.
     pub sku_source: SkuSource,
+    /// The SKU's name for people (`tinybox red`), when there is one.
     pub sku_title: Option<String>,
     /// `pass` when every check passes, `fail` when any fails, `skip` for an
     /// unrecognised box.
     pub verdict: Verdict,
+    /// Each expectation of the SKU, held against what was found.
     pub checks: Vec<Check>,
+    /// Everything worth an operator's attention, one line each: unreadable files, link
+    /// errors, kernel messages, failed expectations.
     pub findings: Vec<String>,
+    /// The GPUs on the PCI bus, by address.
     pub gpus: Vec<Gpu>,
+    /// CPU, memory, kernel and board.
     pub host: Host,
+    /// The NVMe controllers.
     pub nvme: Vec<NvmeController>,
+    /// Every PCI function on the bus.
     pub pci_devices: Vec<PciDevice>,
     /// AER counters that moved on any GPU's path since boot.
     pub link_errors: Vec<aer::LinkErrors>,
@@ -75,6 +85,7 @@ pub struct HardwareReport {
     pub kernel_events: Vec<kernel_log::KernelEvent>,
     /// What the GPU runtimes said; `null` when they were not probed.
     pub runtime: Option<RuntimeReport>,
+    /// The root the inventory was read under (`/` on the box; a fixture tree in tests).
     pub root: PathBuf,
 }
 
@@ -255,10 +266,12 @@ fn compare_runtime_with_bus(runtime: &RuntimeReport, gpus: &[Gpu], findings: &mu
     }
 }
 
+/// The names of the SKUs in the table, in its order.
 pub fn known_skus() -> Vec<&'static str> {
     SKUS.iter().map(|s| s.name).collect()
 }
 
+/// Whether `name` is a SKU of the table.
 pub fn is_known_sku(name: &str) -> bool {
     sku::find(name).is_some()
 }
@@ -318,7 +331,9 @@ mod tests {
 /// health check's link test reads before, during and after a load.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuLinkState {
+    /// The GPU.
     pub gpu: PciAddress,
+    /// The slowest link on its way to the root port, as trained now.
     pub path_link: PathLink,
     /// The widest link every part of the path is capable of (`max_link_width`).
     pub capable_width: Option<u32>,
@@ -327,6 +342,7 @@ pub struct GpuLinkState {
     pub counters: Vec<(PciAddress, aer::PathRole, Option<aer::AerCounters>)>,
 }
 
+/// Every GPU's link state, read afresh from the tree under `root`.
 pub fn gpu_link_states(root: &Path) -> Vec<GpuLinkState> {
     let mut findings = Findings::default();
     let devices = pci::enumerate(root, &mut findings);

@@ -9,15 +9,20 @@ use serde::Serialize;
 use super::pci::{self, PathLink, PciAddress, PciDevice};
 use super::read::{self, Findings, Presence};
 
+/// One NVMe controller (`/sys/class/nvme/nvme*`).
 #[derive(Debug, Clone, Serialize)]
 pub struct NvmeController {
     /// `nvme0`.
     pub name: String,
     /// The PCI function behind it; `None` for fabrics controllers (NVMe over TCP/RDMA).
     pub address: Option<PciAddress>,
+    /// `pcie`, `tcp`, `rdma`, `fc` or `loop`, as the kernel names it.
     pub transport: Option<String>,
+    /// The drive's model.
     pub model: Option<String>,
+    /// The drive's serial number.
     pub serial: Option<String>,
+    /// The drive's firmware revision.
     pub firmware: Option<String>,
     /// The slowest link between the controller and its root port.
     pub link: Option<PathLink>,

@@ -13,9 +13,13 @@ use super::read::{self, Findings, Presence};
 /// A PCI function's address, `domain:bus:device.function`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PciAddress {
+    /// The PCI segment (`0000` on most machines).
     pub domain: u32,
+    /// The bus number.
     pub bus: u8,
+    /// The device number on that bus (0–31).
     pub device: u8,
+    /// The function number of that device (0–7).
     pub function: u8,
 }
 
@@ -98,10 +102,12 @@ impl Serialize for ClassCode {
 /// A PCIe link speed, kept in megatransfers per second so that speeds compare exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LinkSpeed {
+    /// Megatransfers per second per lane (16 GT/s is 16000).
     pub mts: u32,
 }
 
 impl LinkSpeed {
+    /// A speed given in tenths of GT/s: `gts(160)` is 16.0 GT/s.
     pub const fn gts(gigatransfers_tenths: u32) -> LinkSpeed {
         LinkSpeed {
             mts: gigatransfers_tenths * 100,
@@ -144,13 +150,18 @@ impl Serialize for LinkSpeed {
 /// conventional PCI devices and host bridges.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PciLink {
+    /// The speed the link trained to.
     pub current_speed_gts: Option<LinkSpeed>,
+    /// The lanes the link trained to.
     pub current_width: Option<u32>,
+    /// The fastest speed the device supports.
     pub max_speed_gts: Option<LinkSpeed>,
+    /// The most lanes the device supports.
     pub max_width: Option<u32>,
 }
 
 impl PciLink {
+    /// Whether sysfs gave the link's current speed or width.
     pub fn is_known(&self) -> bool {
         self.current_speed_gts.is_some() || self.current_width.is_some()
     }
@@ -231,24 +242,34 @@ fn hex_u64(s: &str) -> Option<u64> {
 /// One PCI function and what sysfs says about it.
 #[derive(Debug, Clone, Serialize)]
 pub struct PciDevice {
+    /// Where it is on the bus.
     pub address: PciAddress,
+    /// The vendor id (`1002` for AMD), when sysfs has it.
     pub vendor: Option<PciId>,
+    /// The device id (`744c`), when sysfs has it.
     pub device: Option<PciId>,
+    /// The revision (written as hex), which tells apart models that share a device id.
     #[serde(serialize_with = "revision_as_hex")]
     pub revision: Option<u8>,
+    /// The class code (display controller, bridge, mass storage, …).
     pub class: Option<ClassCode>,
+    /// The board maker's vendor id.
     pub subsystem_vendor: Option<PciId>,
+    /// The board maker's device id.
     pub subsystem_device: Option<PciId>,
     /// The bound driver (`driver` symlink's target), `None` when unbound.
     pub driver: Option<String>,
     /// `None` when the platform has no NUMA information (sysfs says `-1`).
     pub numa_node: Option<u32>,
+    /// The device's own PCIe link.
     pub link: PciLink,
+    /// The base address registers it decodes, from `resource`.
     pub bars: Vec<Bar>,
     /// The Resizable BAR capability from config space, when the device has one.
     pub resizable_bar: Option<Vec<RebarEntry>>,
     /// Bridges between the root complex and this device, nearest the root first.
     pub upstream: Vec<PciAddress>,
+    /// The device's folder in sysfs, for reading more of it later.
     #[serde(skip)]
     pub sysfs_dir: PathBuf,
 }
@@ -444,7 +465,9 @@ fn upstream_bridges(path: &Path, own: PciAddress) -> Vec<PciAddress> {
 /// upstream port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct PathLink {
+    /// The speed of the slowest link on the path, as trained.
     pub speed_gts: Option<LinkSpeed>,
+    /// The width of the slowest link on the path, as trained.
     pub width: Option<u32>,
     /// The slowest link any part of the path can train to (its `max_link_speed`).
     pub capable_speed_gts: Option<LinkSpeed>,
@@ -453,6 +476,7 @@ pub struct PathLink {
 }
 
 impl PathLink {
+    /// `16.0 GT/s x16`, with `?` for what is unknown.
     pub fn describe(&self) -> String {
         describe_link(self.speed_gts, self.width)
     }

@@ -28,17 +28,25 @@ impl fmt::Display for LinkExpectation {
 /// What one kind of box should be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkuSpec {
+    /// The SKU's name in configuration and APIs (`tinybox-green`).
     pub name: &'static str,
+    /// What the page and the CLI call it.
     pub title: &'static str,
     /// Every GPU is this model (a name from the GPU model table).
     pub gpu_model: &'static str,
+    /// How many GPUs the box has.
     pub gpu_count: usize,
+    /// The link every GPU's path should train to, at least.
     pub gpu_link: LinkExpectation,
+    /// Whether every GPU should have Resizable BAR on.
     pub resizable_bar: bool,
     /// Installed memory; `MemTotal` reads a little less (see `MEMORY_RESERVED_FRACTION`).
     pub memory_gib: u64,
+    /// Physical CPU cores.
     pub cpu_cores: u32,
+    /// Local PCIe NVMe drives.
     pub nvme_count: usize,
+    /// The link every NVMe drive should train to, at least.
     pub nvme_link: LinkExpectation,
 }
 
@@ -55,6 +63,7 @@ const GEN4_X4: LinkExpectation = LinkExpectation {
     width: 4,
 };
 
+/// Every known kind of box.
 pub static SKUS: &[SkuSpec] = &[
     SkuSpec {
         name: "tinybox-green",

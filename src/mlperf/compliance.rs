@@ -24,10 +24,12 @@ pub struct Compliance {
     pub warnings: Vec<String>,
     /// `submission_division` and `submission_benchmark` as first logged.
     pub division: Option<String>,
+    /// `submission_benchmark`, likewise.
     pub benchmark: Option<String>,
 }
 
 impl Compliance {
+    /// Whether the log passes every rule (it may still have warnings).
     pub fn passed(&self) -> bool {
         self.errors.is_empty()
     }

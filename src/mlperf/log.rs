@@ -17,9 +17,13 @@ pub const TOKEN: &str = ":::MLLOG ";
 pub struct Entry {
     /// 1-based line number in the file.
     pub line: usize,
+    /// `time_ms`: milliseconds since the epoch, as the line gives it.
     pub time_ms: f64,
+    /// `key`: what the line logs (`run_start`, `eval_accuracy`).
     pub key: String,
+    /// `value`: the logged value, `null` when there is none.
     pub value: Value,
+    /// `metadata`: the line's object of context (`epoch_num`, `file`, …).
     pub metadata: Value,
 }
 
@@ -29,6 +33,7 @@ impl Entry {
         self.metadata.as_object().and_then(|m| m.get(field))
     }
 
+    /// Whether the metadata holds `field`.
     pub fn has_meta(&self, field: &str) -> bool {
         self.meta(field).is_some()
     }
@@ -38,18 +43,23 @@ impl Entry {
 /// whole log for one of these.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadLine {
+    /// 1-based line number in the file.
     pub line: usize,
+    /// What is wrong with it.
     pub reason: String,
 }
 
 /// A whole log: its entries in file order and the lines that could not be read.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MlLogText {
+    /// Every line read, in file order.
     pub entries: Vec<Entry>,
+    /// Every line that holds the token but could not be read.
     pub bad_lines: Vec<BadLine>,
 }
 
 impl MlLogText {
+    /// Reads every line of `text` that holds the token; text around the token is ignored.
     pub fn parse(text: &str) -> MlLogText {
         let mut log = MlLogText::default();
         // Python iterates a file by '\n', so a lone '\r' stays inside a line.
@@ -85,6 +95,7 @@ impl MlLogText {
         self.entries.iter().filter(move |e| e.key == key)
     }
 
+    /// The first entry with `key`.
     pub fn first(&self, key: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.key == key)
     }

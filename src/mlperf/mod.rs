@@ -14,21 +14,39 @@ use std::path::{Path, PathBuf};
 
 use score::{RunScore, SystemScore};
 
+/// Why results could not be read or scored.
 #[derive(Debug, thiserror::Error)]
 pub enum MlperfError {
+    /// The path does not exist.
     #[error("no such file or folder: {0}")]
     Missing(PathBuf),
+    /// A file or folder could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// What could not be read.
         path: PathBuf,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// The folder holds no ResNet result files.
     #[error("{0} holds no ResNet results (no results/<system>/resnet/result_*.txt, result_*.txt, or mllog.txt)")]
     NoResults(PathBuf),
+    /// The folder holds other benchmarks' results, none of ResNet.
     #[error("{path} holds results of other benchmarks ({}), not of resnet", found.join(", "))]
-    NotResnet { path: PathBuf, found: Vec<String> },
+    NotResnet {
+        /// The folder.
+        path: PathBuf,
+        /// The benchmarks it holds.
+        found: Vec<String>,
+    },
+    /// A `scaling.json` that cannot be read or makes no sense.
     #[error("{path}: scaling.json {reason}")]
-    Scaling { path: PathBuf, reason: String },
+    Scaling {
+        /// The benchmark folder.
+        path: PathBuf,
+        /// What is wrong with its `scaling.json`.
+        reason: String,
+    },
 }
 
 /// The `scaling.json` factor of a benchmark folder, 1 without one.

@@ -26,9 +26,13 @@ pub const NODE: &str = "node_0";
 /// What the log came to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PowerLogOutcome {
+    /// The log written.
     pub path: PathBuf,
+    /// What the readings are, in words.
     pub label: String,
+    /// Whether they are wall power (through the BMC), as MLPerf power wants.
     pub wall: bool,
+    /// Readings logged.
     pub readings: usize,
     /// Readings the source did not give (left out of the log).
     pub missed: usize,
@@ -45,6 +49,7 @@ pub struct PowerLog {
     thread: Option<JoinHandle<()>>,
     /// What was found while looking for a source.
     pub source: Result<String, String>,
+    /// What was found about the source (missing sensors, a BMC that does not answer).
     pub findings: Vec<String>,
 }
 

@@ -18,16 +18,20 @@ pub const MAX_DROPPED: usize = 1;
 /// One evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Eval {
+    /// The `epoch_num` it was logged at.
     pub epoch: f64,
+    /// Top-1 accuracy, from 0 to 1.
     pub accuracy: f64,
 }
 
 /// One epoch (or block of epochs) of training, timed from its start and stop lines.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EpochTiming {
+    /// The `epoch_num` of its start line.
     pub epoch: f64,
     /// Epochs the interval covers (a block may hold several).
     pub epochs: f64,
+    /// Its length, in seconds.
     pub seconds: f64,
     /// `train_samples × epochs / seconds`, when the log says how many samples an epoch has.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -39,11 +43,15 @@ pub struct EpochTiming {
 pub struct RunScore {
     /// `result_0`, or the file's name.
     pub name: String,
+    /// The log's path, as given.
     pub file: String,
+    /// `submission_platform`, as first logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub platform: Option<String>,
+    /// `submission_division`, as first logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub division: Option<String>,
+    /// The `seed` the run logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<Value>,
     /// `run_stop`'s status.
@@ -61,16 +69,21 @@ pub struct RunScore {
     /// The `epoch_num` of the last evaluation, as the RCP checker counts epochs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub epochs_to_converge: Option<f64>,
+    /// Each evaluation, in log order.
     pub evals: Vec<Eval>,
+    /// Each timed epoch or block, in log order.
     pub epochs: Vec<EpochTiming>,
     /// Why the run does not count, when it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the compliance rules only warn about, and other oddities of the log (a repeated
+    /// `run_start`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
     /// Energy of the timed part in joules, from the run's power logs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy_j: Option<f64>,
+    /// `run_stop − run_start`, in milliseconds.
     #[serde(skip)]
     pub run_ms: Option<f64>,
 }
@@ -98,6 +111,7 @@ fn number(v: &Value) -> Option<f64> {
 }
 
 impl RunScore {
+    /// Reads and judges one run's log: its times, evaluations and compliance.
     pub fn of(name: &str, file: &str, log: &MlLogText) -> RunScore {
         let compliance = compliance::check(log);
         let (start, stop) = run_start_stop(log);
@@ -260,7 +274,9 @@ fn epoch_timings(log: &MlLogText) -> Vec<EpochTiming> {
 /// A system's result: its runs and the olympic score.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SystemScore {
+    /// The system's name (its folder under `results/`).
     pub system: String,
+    /// The division its runs logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub division: Option<String>,
     /// The olympic mean in minutes; absent when too many runs did not converge.
@@ -272,17 +288,22 @@ pub struct SystemScore {
     pub summarizer_time_to_train_min: Option<f64>,
     /// The `scaling.json` factor applied (1 without one).
     pub scaling_factor: f64,
+    /// Runs that count towards the score.
     pub runs_counted: usize,
+    /// Runs dropped for not converging.
     pub runs_dropped: usize,
     /// Whether the result has the five runs a ResNet score needs.
     pub complete: bool,
     /// The energy score in joules, olympic over the same runs, when power was logged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy_j: Option<f64>,
+    /// `energy_j` in kWh.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy_kwh: Option<f64>,
+    /// What a reader should know about how the score was reached.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Every run, by name.
     pub runs: Vec<RunScore>,
 }
 

@@ -15,6 +15,7 @@ pub const BENCHMARK: &str = "resnet";
 /// One system's result files.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SystemSource {
+    /// The system's name: the folder under `results/`, or the file's or folder's name.
     pub system: String,
     /// The benchmark folder (for `scaling.json` and `power/`), when the files are in one.
     pub benchmark_dir: Option<PathBuf>,

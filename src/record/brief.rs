@@ -27,16 +27,22 @@ const MAX_MESSAGE_CHARS: usize = 500;
 /// One stage in a brief.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageBrief {
+    /// The stage's name.
     pub name: String,
+    /// What it concluded.
     pub verdict: Verdict,
 }
 
 /// A headline figure: which stage measured it, and what.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Figure {
+    /// The stage that measured it.
     pub stage: String,
+    /// The metric's name (`img_per_s`).
     pub name: String,
+    /// Its value, in `unit`.
     pub value: f64,
+    /// Its unit, or empty for a pure number.
     pub unit: String,
     /// The device it is about (a PCI address), for a per-device figure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,17 +65,28 @@ impl Figure {
 /// A run in brief.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunBrief {
+    /// The run's id.
     pub id: String,
+    /// The suite it ran.
     pub suite: String,
+    /// Where it stands.
     pub state: RunState,
+    /// Its verdict; `None` while it runs or when it was never judged.
     pub verdict: Option<Verdict>,
+    /// Who asked for it.
     pub trigger: Trigger,
+    /// When it started.
     pub started_at: DateTime<Utc>,
+    /// When it finished; `None` while it runs.
     pub finished_at: Option<DateTime<Utc>>,
+    /// From start to finish, in seconds.
     pub duration_s: Option<f64>,
+    /// The summary's message, cut after 500 characters.
     pub message: Option<String>,
+    /// Each stage's name and verdict, in the order they ran.
     #[serde(default)]
     pub stages: Vec<StageBrief>,
+    /// Its headline figures, at most 16.
     #[serde(default)]
     pub figures: Vec<Figure>,
     /// Run-level findings (a record that could not be saved, say).

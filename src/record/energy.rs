@@ -4,6 +4,7 @@ use super::run::StageResult;
 
 /// The stage metric holding its energy; the run's summary adds these up.
 pub const ENERGY_METRIC: &str = "energy_j";
+/// Joules in a kilowatt-hour.
 pub const JOULES_PER_KWH: f64 = 3.6e6;
 
 /// The run's energy: the sum of its stages' energy metrics, `None` when no stage
@@ -18,6 +19,7 @@ pub fn run_energy_j(stages: &[StageResult]) -> Option<f64> {
     (!measured.is_empty()).then(|| measured.iter().sum())
 }
 
+/// `joules` in kWh.
 pub fn joules_to_kwh(joules: f64) -> f64 {
     joules / JOULES_PER_KWH
 }

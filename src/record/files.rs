@@ -11,7 +11,10 @@ use std::path::Path;
 
 /// The group that may read records.
 pub const READER_GROUP: &str = "tinyperf";
+/// Folders: owner all, the reader group read and enter, others nothing; the setgid
+/// bit gives what is made inside the folder's group.
 pub const DIR_MODE: u32 = 0o2750;
+/// Files: owner read and write, the reader group read, others nothing.
 pub const FILE_MODE: u32 = 0o640;
 
 /// The owner and modes the store gives what it creates.
@@ -97,8 +100,13 @@ impl Modes {
 /// Why a bounded read failed.
 #[derive(Debug)]
 pub enum BoundedReadError {
+    /// The file could not be opened or read.
     Io(io::Error),
-    TooLarge { size: u64 },
+    /// The file is over the limit.
+    TooLarge {
+        /// Its size, in bytes.
+        size: u64,
+    },
 }
 
 /// Reads `path` whole unless it is over `limit` bytes; a file that grows while it is

@@ -20,7 +20,9 @@ fn order_of(brief: &RunBrief) -> Order {
 /// A record the store could not read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SkippedRecord {
+    /// The folder's name: the run's id.
     pub id: String,
+    /// Why its record could not be read.
     pub reason: String,
 }
 

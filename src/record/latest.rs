@@ -12,18 +12,26 @@ use super::run::{RunState, Verdict};
 /// The newest finished run of one suite.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SuiteResult {
+    /// The suite.
     pub suite: String,
+    /// How its newest finished run ended.
     pub state: RunState,
+    /// That run's verdict; `None` when it was never judged.
     pub verdict: Option<Verdict>,
+    /// When that run ended.
     pub finished_at: Option<DateTime<Utc>>,
+    /// How long it took, in seconds.
     pub duration_s: Option<f64>,
 }
 
 /// One stage as the newest finished run of its suite that had it ended it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StageOutcome {
+    /// The suite of the run that gave this stage.
     pub suite: String,
+    /// The stage's name.
     pub stage: String,
+    /// What it concluded.
     pub verdict: Verdict,
     /// When the run that gave this stage ended.
     pub finished_at: Option<DateTime<Utc>>,
@@ -31,9 +39,12 @@ pub struct StageOutcome {
     pub figures: Vec<Figure>,
 }
 
+/// The last result of each suite and of each stage: what `/metrics` publishes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LatestResults {
+    /// One per suite.
     pub suites: Vec<SuiteResult>,
+    /// One per suite and stage.
     pub stages: Vec<StageOutcome>,
 }
 

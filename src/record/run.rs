@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunState {
+    /// It is in progress.
     Running,
     /// It ran and every verdict passed.
     Passed,
@@ -16,12 +17,14 @@ pub enum RunState {
     Failed,
     /// It could not run; the summary says why.
     Error,
+    /// Someone cancelled it.
     Cancelled,
     /// The agent died while it ran.
     Interrupted,
 }
 
 impl RunState {
+    /// Every state, `Running` first.
     pub const ALL: [RunState; 6] = [
         RunState::Running,
         RunState::Passed,
@@ -31,6 +34,7 @@ impl RunState {
         RunState::Interrupted,
     ];
 
+    /// The state's name in records and APIs: `passed`.
     pub fn as_str(self) -> &'static str {
         match self {
             RunState::Running => "running",
@@ -42,6 +46,7 @@ impl RunState {
         }
     }
 
+    /// Whether the run is over (every state but `Running`).
     pub fn is_final(self) -> bool {
         self != RunState::Running
     }
@@ -57,13 +62,18 @@ impl std::fmt::Display for RunState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
+    /// The agent at boot.
     Boot,
+    /// A D-Bus `Start`.
     Dbus,
+    /// A `POST /api/v1/runs`.
     Http,
+    /// `tinyperf run` on the command line.
     Cli,
 }
 
 impl Trigger {
+    /// The trigger's name in records and APIs: `boot`.
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Boot => "boot",
@@ -78,7 +88,9 @@ impl Trigger {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
+    /// What was measured meets the expectation.
     Pass,
+    /// What was measured falls short of it.
     Fail,
     /// Nothing to judge against (an unrecognised box, a stage that does not apply).
     Skip,
@@ -87,6 +99,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict's name in records and APIs: `pass`.
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
@@ -128,8 +141,11 @@ impl std::fmt::Display for Verdict {
 /// A measured figure.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Metric {
+    /// The figure's name (`img_per_s`, `gpu0_fp16_tflops`).
     pub name: String,
+    /// Its value, in `unit`.
     pub value: f64,
+    /// Its unit (`img/s`, `TFLOP/s`), or empty for a pure number.
     pub unit: String,
     /// The device the figure is about (a PCI address), for a per-device figure whose
     /// name carries the runtime's device index, which need not be PCI order.
@@ -138,6 +154,7 @@ pub struct Metric {
 }
 
 impl Metric {
+    /// A figure about no device in particular.
     pub fn new(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Self {
         Metric {
             name: name.into(),
@@ -156,29 +173,40 @@ impl Metric {
 /// One expectation compared with what was found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
+    /// The check's name (`gpu_count`, `pcie_width`).
     pub name: String,
     /// The device the check is about (a PCI address), when it is about one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
+    /// What the SKU or the stage expects, as text.
     pub expected: String,
+    /// What was found, as text.
     pub found: String,
+    /// Whether what was found meets the expectation.
     pub verdict: Verdict,
 }
 
 /// What one stage measured and concluded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageResult {
+    /// The stage's name (`gemm`, `train-throughput`).
     pub name: String,
+    /// What the stage concluded from its checks.
     pub verdict: Verdict,
+    /// When it started.
     pub started_at: DateTime<Utc>,
+    /// When it finished.
     pub finished_at: DateTime<Utc>,
+    /// What it measured.
     #[serde(default)]
     pub metrics: Vec<Metric>,
+    /// Its expectations, each held against what was found.
     #[serde(default)]
     pub checks: Vec<Check>,
     /// Notes worth an operator's attention that are not checks (a missing runtime, say).
     #[serde(default)]
     pub findings: Vec<String>,
+    /// Why it could not measure, or what it adds to its verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -186,16 +214,22 @@ pub struct StageResult {
 /// The run's conclusion in a few fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Summary {
+    /// The run's verdict; `None` for a run cancelled or interrupted before it was judged.
     pub verdict: Option<Verdict>,
+    /// Why it ended as it did, when there is more to say than its state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Stages that passed.
     pub stages_passed: usize,
+    /// Stages that failed or could not measure.
     pub stages_failed: usize,
+    /// From start to finish, in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<f64>,
     /// Energy the GPUs drew over the run's stages; absent when nothing reports power.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_j: Option<f64>,
+    /// `energy_j` in kWh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy_kwh: Option<f64>,
     /// Notes about the run as a whole that are not a stage's (a record that could not
@@ -207,25 +241,35 @@ pub struct Summary {
 /// A run as stored in `run.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
+    /// The run's id (`20261129-210512-3fa9c2`).
     pub id: String,
+    /// The suite it ran (`acceptance`).
     pub suite: String,
+    /// Where it stands.
     pub state: RunState,
+    /// Who asked for it.
     pub trigger: Trigger,
+    /// The options it was started with.
     #[serde(default)]
     pub options: Map<String, Value>,
+    /// When it started.
     pub started_at: DateTime<Utc>,
+    /// When it finished; `None` while it runs.
     #[serde(default)]
     pub finished_at: Option<DateTime<Utc>>,
     /// The inventory the run saw, as JSON.
     #[serde(default)]
     pub hardware: Value,
+    /// Each stage's result, in the order they ran.
     #[serde(default)]
     pub stages: Vec<StageResult>,
+    /// Its conclusion.
     #[serde(default)]
     pub summary: Summary,
 }
 
 impl RunRecord {
+    /// A run of `suite` starting now, in state `Running` with no stages.
     pub fn new(id: String, suite: String, trigger: Trigger, options: Map<String, Value>) -> Self {
         RunRecord {
             id,

@@ -38,14 +38,18 @@ const MAX_RUN_ID_LEN: usize = 64;
 /// A run's files besides its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Artifact {
+    /// The MLLOG (`mllog.txt`).
     Mllog,
+    /// The GPUs' samples (`telemetry.csv`).
     Telemetry,
+    /// What the worker process wrote besides its events (`worker.log`).
     WorkerLog,
     /// Each epoch's training figures (`train.jsonl`).
     TrainFigures,
 }
 
 impl Artifact {
+    /// The file's name in the run's folder.
     pub fn file_name(self) -> &'static str {
         match self {
             Artifact::Mllog => "mllog.txt",
@@ -56,12 +60,26 @@ impl Artifact {
     }
 }
 
+/// Why the store could not be opened or written.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// A folder of the store could not be made.
     #[error("cannot create state directory {path}: {source}")]
-    CreateDir { path: PathBuf, source: io::Error },
+    CreateDir {
+        /// The folder.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// A file of the store could not be written.
     #[error("cannot write {path}: {source}")]
-    Write { path: PathBuf, source: io::Error },
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The id could name a path outside the store.
     #[error("invalid run id {}", crate::echo::quoted(.0))]
     InvalidId(String),
 }
@@ -84,20 +102,33 @@ impl StoreError {
 /// Why a run's record or file could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
+    /// The id could name a path outside the store.
     #[error("invalid run id {}", crate::echo::quoted(.0))]
     InvalidId(String),
+    /// The store has no run of that id.
     #[error("no run with id {}", crate::echo::quoted(.0))]
     NotFound(String),
     /// The run exists; the file does not (a run that never wrote one).
     #[error("run {} has no {file}", crate::echo::quoted(.id))]
-    MissingFile { id: String, file: String },
+    MissingFile {
+        /// The run's id.
+        id: String,
+        /// The file's name.
+        file: String,
+    },
+    /// A file is larger than the store reads whole.
     #[error("{what} of run {id} is {size} bytes, over the limit of {limit} bytes")]
     TooLarge {
+        /// The run's id.
         id: String,
+        /// Which file (`the record`, `telemetry.csv`).
         what: String,
+        /// Its size, in bytes.
         size: u64,
+        /// The limit it is over, in bytes.
         limit: u64,
     },
+    /// The file exists but could not be read or parsed; says why.
     #[error("{0}")]
     Unreadable(String),
 }
@@ -107,7 +138,9 @@ pub enum ReadError {
 pub struct StoreOptions {
     /// Runs kept; older finished ones are removed.
     pub retention: usize,
+    /// The largest `run.json` read whole, in bytes.
     pub max_record_bytes: u64,
+    /// The largest artifact served whole, in bytes.
     pub max_artifact_bytes: u64,
 }
 
@@ -128,6 +161,7 @@ pub struct OpenReport {
     pub removed_empty: Vec<String>,
 }
 
+/// The runs on disk and their index in memory.
 #[derive(Debug)]
 pub struct Store {
     runs_dir: PathBuf,
@@ -303,10 +337,12 @@ impl Store {
         self.index.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The folder holding one folder per run.
     pub fn runs_dir(&self) -> &Path {
         &self.runs_dir
     }
 
+    /// How the store is kept.
     pub fn options(&self) -> &StoreOptions {
         &self.options
     }
@@ -438,6 +474,7 @@ impl Store {
         self.index().len()
     }
 
+    /// Whether the index has no run.
     pub fn is_empty(&self) -> bool {
         self.index().is_empty()
     }

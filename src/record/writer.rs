@@ -23,7 +23,9 @@ const IDLE_WAIT: Duration = Duration::from_secs(3600);
 /// A record the disk has not taken yet.
 #[derive(Debug, Clone)]
 pub struct Unsaved {
+    /// The run's id.
     pub id: String,
+    /// Why the last attempt failed.
     pub error: String,
 }
 

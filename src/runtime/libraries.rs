@@ -23,6 +23,7 @@ const ROCM_SMI_NAMES: &[&str] = &[
 /// nvml-wrapper's name.
 const NVML_NAMES: &[&str] = &["libnvidia-ml.so.1"];
 
+/// One GPU library: whether it loads, from where, and its version.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LibraryStatus {
     /// `cuda`, `hip` or `nvml`.
@@ -32,8 +33,11 @@ pub struct LibraryStatus {
     pub name: &'static str,
     /// `loaded`, `not found` or `error` (found but unusable: see `detail`).
     pub status: &'static str,
+    /// The file it was loaded from, when it loaded.
     pub path: Option<String>,
+    /// Its version: what the library reports, else what its file name carries.
     pub version: Option<String>,
+    /// Why it was not found or could not be used.
     pub detail: Option<String>,
 }
 

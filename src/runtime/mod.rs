@@ -28,10 +28,13 @@ pub use pci::normalise_pci_address;
 /// One device a runtime reported.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RuntimeDevice {
+    /// The runtime's ordinal for the device.
     pub index: u32,
+    /// The device's name as the runtime gives it (`NVIDIA GeForce RTX 4090`).
     pub name: String,
     /// PCI address as sysfs spells it (`0000:01:00.0`), when the runtime tells it.
     pub pci_address: Option<String>,
+    /// Device memory, in bytes.
     pub memory_bytes: Option<u64>,
     /// Compute capability (`8.9`) or gfx target (`gfx1100`).
     pub arch: Option<String>,
@@ -42,7 +45,9 @@ pub struct RuntimeDevice {
 pub struct RuntimeStatus {
     /// The library was found and loaded.
     pub loaded: bool,
+    /// The driver's version as the library reports it.
     pub driver_version: Option<String>,
+    /// The devices it sees, in its own order.
     pub devices: Vec<RuntimeDevice>,
     /// Why there are no devices: `CUDA driver library not found`, `no device`, …
     pub finding: Option<String>,
@@ -73,8 +78,11 @@ pub const NO_DEVICE: &str = "no device";
 /// The three runtimes, side by side.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RuntimeReport {
+    /// CUDA's driver API (`libcuda`).
     pub cuda: RuntimeStatus,
+    /// The HIP runtime (`libamdhip64`).
     pub hip: RuntimeStatus,
+    /// NVML (`libnvidia-ml`).
     pub nvml: RuntimeStatus,
     /// Every GPU library, found or not, with its version.
     pub libraries: Vec<libraries::LibraryStatus>,

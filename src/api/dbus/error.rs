@@ -7,6 +7,7 @@ use crate::agent::AgentError;
 #[derive(Debug, zbus::DBusError)]
 #[zbus(prefix = "org.tinyperf.Agent1.Error")]
 pub enum Agent1Error {
+    /// Any other D-Bus error: the bus's, or one the proxy could not name.
     #[zbus(error)]
     ZBus(zbus::Error),
     /// A run is in progress; the description names it.

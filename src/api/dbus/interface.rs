@@ -34,6 +34,7 @@ pub struct AgentInterface {
 }
 
 impl AgentInterface {
+    /// The interface over the agent behind `handle`.
     pub fn new(handle: AgentHandle) -> Self {
         AgentInterface { handle }
     }

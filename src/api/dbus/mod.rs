@@ -36,8 +36,11 @@ pub const INTERFACE: &str = "org.tinyperf.Agent1";
 /// Which bus to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BusChoice {
+    /// The system bus, where the agent runs on the box.
     System,
+    /// The user's session bus (tests, a development agent).
     Session,
+    /// The bus at this D-Bus address (`unix:path=/run/…`).
     Address(String),
 }
 

@@ -6,6 +6,7 @@ use zbus::Variant;
 
 use super::error::Agent1Error;
 
+/// `org.tinyperf.Agent1` as a client calls it; zbus makes `Agent1Proxy` from this.
 #[zbus::proxy(
     interface = "org.tinyperf.Agent1",
     default_service = "org.tinyperf.Agent1",
@@ -34,27 +35,38 @@ pub trait Agent1 {
     /// Takes the inventory again; returns it as JSON.
     fn rescan(&self) -> Result<String, Agent1Error>;
 
+    /// `idle` or `running`.
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
+    /// The id of the run in progress; empty when idle.
     #[zbus(property)]
     fn current_run(&self) -> zbus::Result<String>;
+    /// The stage the current run is in; empty when idle or between stages.
     #[zbus(property)]
     fn current_stage(&self) -> zbus::Result<String>;
+    /// Progress of the run in progress, 0..1; 0 when idle.
     #[zbus(property)]
     fn progress(&self) -> zbus::Result<f64>;
+    /// The last finished run in brief, as JSON; empty when none has finished.
     #[zbus(property)]
     fn last_run(&self) -> zbus::Result<String>;
+    /// The hardware inventory as JSON.
     #[zbus(property)]
     fn hardware(&self) -> zbus::Result<String>;
+    /// The SKU the box was recognised as, or `unrecognised`.
     #[zbus(property)]
     fn sku(&self) -> zbus::Result<String>;
+    /// The agent's version.
     #[zbus(property(emits_changed_signal = "const"))]
     fn version(&self) -> zbus::Result<String>;
 
+    /// A run started.
     #[zbus(signal)]
     fn run_started(&self, run_id: String, suite: String) -> zbus::Result<()>;
+    /// A stage finished with a verdict.
     #[zbus(signal)]
     fn stage_finished(&self, run_id: String, stage: String, verdict: String) -> zbus::Result<()>;
+    /// A run ended in `state` with an overall verdict, empty when it was not judged.
     #[zbus(signal)]
     fn run_finished(&self, run_id: String, state: String, verdict: String) -> zbus::Result<()>;
 }

@@ -13,10 +13,10 @@ use tokio::sync::Semaphore;
 use super::admission::{Admission, Refusal};
 use super::auth::authorize;
 use super::body::{parse_json, read_json_bytes, read_limited};
-use super::page_state::{HealthVerdicts, PageState};
+use super::page::{HealthVerdicts, PageState};
 use super::response::{self, ApiError, Body};
 use super::router::Endpoint;
-use super::{metrics, page, page_run, page_static, sse, Limits};
+use super::{metrics, page, sse, Limits};
 use crate::agent::{AgentHandle, AgentState};
 use crate::record::store::Artifact;
 use crate::record::{RunBrief, RunRecord, Trigger};
@@ -88,7 +88,7 @@ impl App {
         endpoint.check_method(request.method())?;
         let is_post = request.method() == Method::POST;
         match endpoint {
-            Endpoint::Static(asset) => page_static::respond(asset, request.headers()),
+            Endpoint::Static(asset) => page::assets::respond(asset, request.headers()),
             Endpoint::RunPage(id) => self.run_page(id).await,
             Endpoint::Healthz => Ok(response::json(StatusCode::OK, &json!({"status": "ok"}))),
             Endpoint::Status => Ok(response::json(StatusCode::OK, &self.handle.status())),
@@ -255,14 +255,14 @@ impl App {
         let health = self.health_verdicts(trend_runs).await;
         let hardware = self.handle.hardware();
         let html = self.handle.with_live(|live| {
-            page::render(&page::PageData {
+            page::home::render(&page::home::PageData {
                 status: &status,
                 hardware: &hardware,
                 history: &history,
                 current: current.as_deref(),
                 live,
                 health: &health,
-                charts: page_static::has_charts(),
+                charts: page::assets::has_charts(),
                 now: Utc::now(),
             })
         });
@@ -319,7 +319,7 @@ impl App {
             .await
             .ok();
         let status = self.handle.status();
-        let html = page_run::render(&page_run::RunPageData {
+        let html = page::run::render(&page::run::RunPageData {
             record: &record,
             sku: &status.sku,
             version: &status.version,
@@ -328,7 +328,7 @@ impl App {
             train: train.as_deref(),
             runs: &runs,
             prices: &self.pages.prices,
-            charts: page_static::has_charts(),
+            charts: page::assets::has_charts(),
         });
         let page = bytes::Bytes::from(html);
         if record.state.is_final() {

@@ -15,12 +15,6 @@ mod conn;
 mod endpoints;
 mod metrics;
 mod page;
-mod page_compare;
-mod page_run;
-mod page_state;
-mod page_static;
-mod page_svg;
-mod page_text;
 mod response;
 mod router;
 mod sse;
@@ -41,7 +35,7 @@ use tracing::{debug, info, warn};
 
 use crate::agent::AgentHandle;
 use endpoints::App;
-pub use page_compare::Prices;
+pub use page::Prices;
 use response::ApiError;
 
 /// The bounds the server keeps.
@@ -188,7 +182,7 @@ pub async fn serve_priced(
         event_streams: Arc::new(Semaphore::new(limits.max_event_streams.max(1))),
         admission: admission.clone(),
         limits,
-        pages: page_state::PageState::new(prices),
+        pages: page::PageState::new(prices),
     });
 
     loop {

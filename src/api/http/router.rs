@@ -6,7 +6,7 @@
 
 use hyper::{Method, StatusCode};
 
-use super::page_static::Asset;
+use super::page::assets::Asset;
 use super::response::ApiError;
 use crate::record::store::is_valid_run_id;
 

@@ -119,6 +119,7 @@ impl PowerMeter {
         })
     }
 
+    /// Whether it measures at the wall or adds up components.
     pub fn kind(&self) -> PowerKind {
         match self.source {
             Source::Wall(_) => PowerKind::Wall,

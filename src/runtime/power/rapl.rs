@@ -55,6 +55,7 @@ impl RaplPower {
         (!domains.is_empty()).then_some(RaplPower { domains })
     }
 
+    /// How many CPU packages it reads.
     pub fn packages(&self) -> usize {
         self.domains.len()
     }

@@ -11,41 +11,60 @@ use std::ffi::{c_char, c_float, c_int, c_uint, c_void};
 
 /// `hipError_t`.
 pub type HipResult = c_int;
+/// `hipSuccess`.
 pub const HIP_SUCCESS: HipResult = rocmrc::hip::sys::hipError_t::hipSuccess as HipResult;
+/// `hipErrorNoDevice`: the runtime loaded but sees no GPU.
 pub const HIP_ERROR_NO_DEVICE: HipResult =
     rocmrc::hip::sys::hipError_t::hipErrorNoDevice as HipResult;
+/// `hipErrorOutOfMemory`.
 pub const HIP_ERROR_OUT_OF_MEMORY: HipResult =
     rocmrc::hip::sys::hipError_t::hipErrorOutOfMemory as HipResult;
 
 /// `hiprtcResult`.
 pub type HiprtcResult = c_int;
+/// `HIPRTC_SUCCESS`.
 pub const HIPRTC_SUCCESS: HiprtcResult =
     rocmrc::hiprtc::sys::hiprtcResult::HIPRTC_SUCCESS as HiprtcResult;
 
 /// `rocblas_status`, `rocblas_operation`, `rocblas_datatype`, `rocblas_gemm_algo`.
 pub type RocblasStatus = c_int;
+/// `rocblas_operation`: whether a GEMM operand is transposed.
 pub type RocblasOperation = c_int;
+/// `rocblas_datatype`: the element type of a GEMM operand.
 pub type RocblasDatatype = c_int;
+/// `rocblas_status_success`.
 pub const ROCBLAS_SUCCESS: RocblasStatus =
     rocmrc::rocblas::sys::rocblas_status::rocblas_status_success as RocblasStatus;
+/// `rocblas_operation_none`: the operand as it is.
 pub const ROCBLAS_OPERATION_NONE: RocblasOperation =
     rocmrc::rocblas::sys::rocblas_operation::rocblas_operation_none as RocblasOperation;
+/// `rocblas_operation_transpose`: the operand transposed.
 pub const ROCBLAS_OPERATION_TRANSPOSE: RocblasOperation =
     rocmrc::rocblas::sys::rocblas_operation::rocblas_operation_transpose as RocblasOperation;
+/// `rocblas_datatype_f16_r`: IEEE half precision.
 pub const ROCBLAS_F16: RocblasDatatype =
     rocmrc::rocblas::sys::rocblas_datatype::rocblas_datatype_f16_r as RocblasDatatype;
+/// `rocblas_datatype_bf16_r`: bfloat16.
 pub const ROCBLAS_BF16: RocblasDatatype =
     rocmrc::rocblas::sys::rocblas_datatype::rocblas_datatype_bf16_r as RocblasDatatype;
+/// `rocblas_datatype_f32_r`: single precision.
 pub const ROCBLAS_F32: RocblasDatatype =
     rocmrc::rocblas::sys::rocblas_datatype::rocblas_datatype_f32_r as RocblasDatatype;
+/// `rocblas_gemm_algo_standard`, the only algorithm `rocblas_gemm_ex` takes.
 pub const ROCBLAS_GEMM_ALGO_STANDARD: c_int =
     rocmrc::rocblas::sys::rocblas_gemm_algo::rocblas_gemm_algo_standard as c_int;
 
+/// `hipStream_t`.
 pub type Stream = *mut c_void;
+/// `hipModule_t`: code loaded onto the device.
 pub type Module = *mut c_void;
+/// `hipFunction_t`: a kernel of a module.
 pub type Function = *mut c_void;
+/// `hipEvent_t`.
 pub type Event = *mut c_void;
+/// `hiprtcProgram`: a kernel source being compiled.
 pub type Program = *mut c_void;
+/// `rocblas_handle`.
 pub type RocblasHandle = *mut c_void;
 
 /// A struct of `unsafe extern "C"` function pointers named after their symbols, and the
@@ -55,7 +74,10 @@ macro_rules! entry_points {
         $(#[$meta])*
         #[derive(Clone, Copy)]
         pub struct $name {
-            $(pub $symbol: unsafe extern "C" fn($($arg),*) -> $ret,)*
+            $(
+                #[doc = concat!("`", stringify!($symbol), "`, resolved from the library.")]
+                pub $symbol: unsafe extern "C" fn($($arg),*) -> $ret,
+            )*
         }
 
         impl $name {

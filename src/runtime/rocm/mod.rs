@@ -107,6 +107,7 @@ impl Opened {
             .unwrap_or_else(|| self.name.clone())
     }
 
+    /// The loaded library, for resolving its symbols.
     pub fn library(&self) -> &libloading::Library {
         &self.library
     }
@@ -115,8 +116,11 @@ impl Opened {
 /// The HIP runtime with its entry points and the way this release reads device
 /// properties.
 pub struct Hip {
+    /// The runtime's library.
     pub opened: Opened,
+    /// Its entry points.
     pub api: HipApi,
+    /// How this release's device properties are read.
     pub properties: DeviceProperties,
 }
 
@@ -124,33 +128,45 @@ pub struct Hip {
 pub struct Hiprtc {
     /// Where the entry points were found.
     pub location: String,
+    /// Its entry points.
     pub api: HiprtcApi,
     /// Its own library, when it has one (otherwise the HIP runtime keeps it loaded).
     _own: Option<Opened>,
 }
 
+/// rocBLAS, for the GEMM checks.
 pub struct Rocblas {
+    /// Its library.
     pub opened: Opened,
+    /// Its entry points.
     pub api: RocblasApi,
 }
 
 /// Why a library could not be used: not on this machine, or lacking entry points.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
+    /// No candidate name could be opened.
     #[error("{library} not found ({tried})")]
     NotFound {
+        /// The library's name (`libamdhip64`).
         library: &'static str,
+        /// The names and folders tried, and the loader's complaints.
         tried: String,
     },
+    /// The library opened but lacks entry points tinyperf calls.
     #[error("{library} at {location} lacks {}", missing.join(", "))]
     MissingSymbols {
+        /// The library's name.
         library: &'static str,
+        /// The file it was opened from.
         location: String,
+        /// The entry points it lacks.
         missing: Vec<&'static str>,
     },
 }
 
 impl LoadError {
+    /// Whether the library is absent, rather than unusable.
     pub fn is_not_found(&self) -> bool {
         matches!(self, LoadError::NotFound { .. })
     }

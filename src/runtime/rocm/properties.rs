@@ -56,7 +56,9 @@ pub const LEGACY_GCN_ARCH_NAME_OFFSET: usize = 396;
 /// The device-properties entry point this HIP runtime exports.
 #[derive(Clone, Copy)]
 pub enum DeviceProperties {
+    /// `hipGetDevicePropertiesR0600`, ROCm 6's layout.
     R0600(GetProperties),
+    /// `hipGetDeviceProperties` with HIP 5.7's layout (before ROCm 6.0).
     Legacy(GetProperties),
 }
 
@@ -72,6 +74,7 @@ pub struct Properties {
 }
 
 impl DeviceProperties {
+    /// The entry point this runtime exports, or the names tinyperf looked for.
     pub fn resolve(library: &libloading::Library) -> Result<DeviceProperties, Vec<&'static str>> {
         // SAFETY: both symbols take a properties struct pointer and a device ordinal.
         let lookup = |symbol: &str| unsafe {
@@ -99,6 +102,7 @@ impl DeviceProperties {
         }
     }
 
+    /// The properties of device `ordinal`, or the runtime's error code.
     pub fn get(&self, ordinal: c_int) -> Result<Properties, HipResult> {
         match *self {
             DeviceProperties::R0600(f) => {

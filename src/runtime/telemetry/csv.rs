@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use super::sample::{TelemetrySample, ThrottleReason};
 
+/// The columns of `telemetry.csv`, in order.
 pub const HEADER: [&str; 13] = [
     "time_s",
     "stage",
@@ -35,10 +36,17 @@ pub const CPU_DEVICE: &str = "cpu";
 /// What `throttling` says when the GPU reports nothing holding it back.
 const NOT_THROTTLING: &str = "none";
 
+/// Why `telemetry.csv` could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum CsvError {
+    /// Opening or appending to the file failed.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
 }
 
 /// Appends samples to one `telemetry.csv`.
@@ -160,28 +168,48 @@ pub fn escape(cell: &str) -> String {
 /// One row of `telemetry.csv`, parsed back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CsvRow {
+    /// Seconds since sampling began.
     pub time_s: f64,
+    /// The stage the sample was taken in.
     pub stage: String,
+    /// `gpu0`…, or [`CPU_DEVICE`].
     pub device: String,
+    /// The GPU's PCI address.
     pub address: Option<String>,
+    /// Board power draw, in watts.
     pub power_w: Option<f64>,
+    /// The GPU's own temperature, in °C.
     pub temp_c: Option<f64>,
+    /// Where that sensor's limit is, in °C.
     pub temp_limit_c: Option<f64>,
+    /// The hottest spot of the die (hwmon `junction`), in °C.
     pub junction_temp_c: Option<f64>,
+    /// The memory's temperature (hwmon `mem`), in °C.
     pub mem_temp_c: Option<f64>,
+    /// Shader (SM) clock, in MHz.
     pub sm_clock_mhz: Option<f64>,
+    /// Memory clock, in MHz.
     pub mem_clock_mhz: Option<f64>,
+    /// How busy the GPU was, in percent.
     pub util_percent: Option<f64>,
     /// `None` unknown, empty when not throttling.
     pub throttling: Option<Vec<ThrottleReason>>,
 }
 
+/// Why `telemetry.csv` could not be read back.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ParseError {
+    /// The first line is not [`HEADER`]; it holds what it was.
     #[error("not a telemetry file: the header is {0:?}")]
     Header(String),
+    /// A row is malformed.
     #[error("line {line}: {reason}")]
-    Row { line: usize, reason: String },
+    Row {
+        /// Its line number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// Reads a whole `telemetry.csv`. A last line without its line break is what a killed

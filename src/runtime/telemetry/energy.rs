@@ -26,6 +26,7 @@ pub struct Energy {
 }
 
 impl Energy {
+    /// The energy, in kWh.
     pub fn kwh(&self) -> f64 {
         self.joules / JOULES_PER_KWH
     }
@@ -85,6 +86,8 @@ impl Default for EnergyMeter {
 }
 
 impl EnergyMeter {
+    /// A meter that integrates across spans of up to `max_gap_s` seconds between readings;
+    /// longer spans count as gaps.
     pub fn new(max_gap_s: f64) -> Self {
         EnergyMeter {
             max_gap_s,

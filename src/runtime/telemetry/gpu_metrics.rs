@@ -21,20 +21,31 @@ const OFFSET_INDEP_THROTTLE_STATUS: usize = 112;
 /// What tinyperf reads from one table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuMetrics {
+    /// The table's format revision (1).
     pub format_revision: u8,
+    /// The table's content revision (3).
     pub content_revision: u8,
+    /// The edge sensor, in °C.
     pub temperature_edge_c: Option<f64>,
+    /// The hottest spot of the die, in °C.
     pub temperature_hotspot_c: Option<f64>,
+    /// The memory, in °C.
     pub temperature_mem_c: Option<f64>,
+    /// Average graphics engine activity, in percent.
     pub gfx_activity_percent: Option<f64>,
+    /// Average socket power, in watts.
     pub socket_power_w: Option<f64>,
+    /// Current graphics clock, in MHz.
     pub gfxclk_mhz: Option<f64>,
+    /// Current memory clock, in MHz.
     pub uclk_mhz: Option<f64>,
+    /// Lanes the PCIe link runs at.
     pub pcie_link_width: Option<u16>,
     /// GT/s (the table counts tenths).
     pub pcie_link_speed_gts: Option<f64>,
     /// The raw bits, and each set bit's name (`TEMP_HOTSPOT`, `PPT0`, …).
     pub indep_throttle_status: u64,
+    /// The name of each set bit (`TEMP_HOTSPOT`, `PPT0`, …).
     pub throttle_bits: Vec<&'static str>,
 }
 
@@ -79,12 +90,20 @@ const THROTTLE_BITS: &[(u32, &str, ThrottleReason)] = &[
 /// Why a table could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetricsError {
+    /// Shorter than the four bytes of the header; holds the length.
     #[error("gpu_metrics is {0} bytes, shorter than its header")]
     Truncated(usize),
+    /// Another format or content revision than 1.3; holds both.
     #[error("gpu_metrics format {0}.{1} is not one tinyperf reads (1.3, written by RDNA3)")]
     UnknownFormat(u8, u8),
+    /// The header's size and the table's length differ.
     #[error("gpu_metrics says it is {stated} bytes but holds {actual}")]
-    WrongSize { stated: usize, actual: usize },
+    WrongSize {
+        /// The size the header gives, in bytes.
+        stated: usize,
+        /// The table's length, in bytes.
+        actual: usize,
+    },
 }
 
 fn u16_at(data: &[u8], offset: usize) -> u16 {
@@ -96,6 +115,7 @@ fn field(data: &[u8], offset: usize) -> Option<u16> {
     Some(u16_at(data, offset)).filter(|&v| v != u16::MAX)
 }
 
+/// The fields of one `gpu_metrics` table, or why it cannot be read.
 pub fn parse(data: &[u8]) -> Result<GpuMetrics, MetricsError> {
     if data.len() < 4 {
         return Err(MetricsError::Truncated(data.len()));

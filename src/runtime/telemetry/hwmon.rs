@@ -27,6 +27,7 @@ pub struct AmdGpu {
 }
 
 impl AmdGpu {
+    /// Its PCI address, in sysfs spelling.
     pub fn address(&self) -> &str {
         &self.address
     }
@@ -36,6 +37,7 @@ impl AmdGpu {
         power_files(&self.hwmon_dir).any(|p| p.exists())
     }
 
+    /// A sample of its power, temperatures, clocks and use, now.
     pub fn read(&self) -> GpuSample {
         let clocks = clock_channels(&self.hwmon_dir);
         GpuSample {

@@ -30,6 +30,8 @@ pub struct LimitWatch {
 }
 
 impl LimitWatch {
+    /// Notes which GPUs of `sample` are past a temperature limit or held down by heat
+    /// or power.
     pub fn observe(&mut self, sample: &TelemetrySample) {
         self.samples += 1;
         for gpu in &sample.gpus {

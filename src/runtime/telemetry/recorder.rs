@@ -24,6 +24,7 @@ use super::sample::{Sampler, TelemetrySample};
 pub struct SampleSink(Arc<dyn Fn(&TelemetrySample) + Send + Sync>);
 
 impl SampleSink {
+    /// A sink that calls `sink` with every sample.
     pub fn new(sink: impl Fn(&TelemetrySample) + Send + Sync + 'static) -> SampleSink {
         SampleSink(Arc::new(sink))
     }
@@ -59,7 +60,9 @@ pub struct RecorderConfig {
     pub root: PathBuf,
     /// `telemetry.csv`; `None` samples for energy only.
     pub csv_path: Option<PathBuf>,
+    /// Time between samples.
     pub interval: Duration,
+    /// Which sources to read.
     pub sources: Sources,
     /// Also hands every sample to this, as it is taken.
     pub sink: Option<SampleSink>,
@@ -72,6 +75,7 @@ pub struct StageTelemetry {
     pub energy: Option<Energy>,
     /// Missing sources, GPUs past their limits, a CSV that could not be written.
     pub findings: Vec<String>,
+    /// Samples taken during the stage.
     pub samples: usize,
 }
 

@@ -11,6 +11,7 @@ use super::{hwmon, nvml};
 pub struct Temperature {
     /// `edge`, `junction`, `mem` (hwmon labels) or `gpu` (NVML).
     pub label: String,
+    /// The reading, in °C.
     pub celsius: f64,
     /// Where the GPU starts protecting itself: hwmon `crit` (else `emergency`), NVML's
     /// slowdown threshold.
@@ -18,6 +19,7 @@ pub struct Temperature {
 }
 
 impl Temperature {
+    /// Whether the reading has reached the sensor's limit.
     pub fn over_limit(&self) -> bool {
         self.limit_c.is_some_and(|limit| self.celsius >= limit)
     }
@@ -31,18 +33,28 @@ pub type Throttling = Option<Vec<ThrottleReason>>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ThrottleReason {
+    /// Nothing runs on the GPU, so it clocks down.
     Idle,
+    /// The application clock setting caps the clocks.
     ApplicationClocks,
+    /// The driver holds power to the board's power limit.
     SwPowerCap,
+    /// The hardware slows down (heat, or power drawn too high).
     HwSlowdown,
+    /// Held to the clocks of other GPUs in a sync-boost group.
     SyncBoost,
+    /// The driver slows down for heat.
     SwThermal,
+    /// The hardware slows down for heat.
     HwThermal,
+    /// The board's external power brake slows it down.
     HwPowerBrake,
+    /// The display clock setting caps the clocks.
     DisplayClocks,
 }
 
 impl ThrottleReason {
+    /// The name in `telemetry.csv` and the metrics: `sw_power_cap`.
     pub fn as_str(self) -> &'static str {
         match self {
             ThrottleReason::Idle => "idle",
@@ -57,12 +69,14 @@ impl ThrottleReason {
         }
     }
 
+    /// The reason named `text` as [`as_str`](Self::as_str) writes it, or `None`.
     pub fn parse(text: &str) -> Option<ThrottleReason> {
         ThrottleReason::ALL
             .into_iter()
             .find(|reason| reason.as_str() == text)
     }
 
+    /// Every reason, in the order [`parse`](Self::parse) tries them.
     pub const ALL: [ThrottleReason; 9] = [
         ThrottleReason::Idle,
         ThrottleReason::ApplicationClocks,
@@ -95,11 +109,17 @@ pub struct GpuSample {
     pub index: u32,
     /// PCI address in sysfs spelling.
     pub address: Option<String>,
+    /// Board power draw, in watts.
     pub power_w: Option<f64>,
+    /// Every temperature sensor it has.
     pub temperatures: Vec<Temperature>,
+    /// Shader (SM) clock, in MHz.
     pub sm_clock_mhz: Option<f64>,
+    /// Memory clock, in MHz.
     pub mem_clock_mhz: Option<f64>,
+    /// How busy the GPU was, in percent.
     pub util_percent: Option<f64>,
+    /// Why its clocks were held down.
     pub throttling: Throttling,
 }
 
@@ -116,6 +136,7 @@ impl GpuSample {
             .or_else(|| self.temperatures.first())
     }
 
+    /// The sensor labelled `label`, if the GPU has one.
     pub fn temperature(&self, label: &str) -> Option<&Temperature> {
         self.temperatures.iter().find(|t| t.label == label)
     }
@@ -131,7 +152,9 @@ impl GpuSample {
 pub struct TelemetrySample {
     /// Seconds since sampling began.
     pub t_s: f64,
+    /// One sample per GPU.
     pub gpus: Vec<GpuSample>,
+    /// The hottest CPU socket, in °C.
     pub cpu_temp_c: Option<f64>,
 }
 

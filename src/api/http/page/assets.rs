@@ -4,13 +4,17 @@
 use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_ENCODING, VARY};
 use hyper::{HeaderMap, Response, StatusCode};
 
-use super::response::{self, ApiError, Body};
+use crate::api::http::response::{self, ApiError, Body};
 
 /// uPlot's files, from its pinned npm tarball (see build.rs).
 pub struct UplotFiles {
+    /// `uplot.min.js`.
     pub js: &'static [u8],
+    /// `uplot.min.js`, gzipped.
     pub js_gzip: &'static [u8],
+    /// `uplot.min.css`.
     pub css: &'static [u8],
+    /// uPlot's licence.
     pub license: &'static [u8],
 }
 
@@ -24,14 +28,20 @@ const CSS: &str = "text/css; charset=utf-8";
 /// The files under `/static/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Asset {
+    /// `page.js`: the live charts and the event stream.
     PageJs,
+    /// `page.css`.
     PageCss,
+    /// `uplot.min.js`.
     UplotJs,
+    /// `uplot.min.css`.
     UplotCss,
+    /// `uplot.LICENSE`.
     UplotLicense,
 }
 
 impl Asset {
+    /// The asset served as `/static/{name}`, if any.
     pub fn from_name(name: &str) -> Option<Asset> {
         Some(match name {
             "page.js" => Asset::PageJs,

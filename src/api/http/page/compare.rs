@@ -3,12 +3,16 @@
 //! The reference figures are the official MLPerf Training v4.0 ResNet-50 (closed)
 //! results, scored from the submitters' logs as `result_summarizer` scores them.
 
+use super::text::or_dash;
 use crate::record::RunBrief;
 
 /// One published result.
 pub struct Reference {
+    /// The submitter's system name.
     pub system: &'static str,
+    /// Its accelerators (`8× H100-SXM5-80GB`).
     pub accelerators: &'static str,
+    /// The published time to train, in minutes.
     pub minutes: f64,
     /// Training throughput from the submission's logs, where known.
     pub img_per_s: Option<f64>,
@@ -62,8 +66,11 @@ pub const REFERENCES: &[Reference] = &[
     },
 ];
 
+/// A tinybox green's list price, in US dollars.
 pub const GREEN_PRICE_USD: f64 = 25_000.0;
+/// A tinybox red's list price, in US dollars.
 pub const RED_PRICE_USD: f64 = 15_000.0;
+/// What a kilowatt-hour costs unless configured, in US dollars.
 pub const DEFAULT_ELECTRICITY_USD_PER_KWH: f64 = 0.15;
 
 /// What the box cost and what its power costs, for price-performance.
@@ -71,6 +78,7 @@ pub const DEFAULT_ELECTRICITY_USD_PER_KWH: f64 = 0.15;
 pub struct Prices {
     /// The box's price; `None` takes the list price of its SKU, when it has one.
     pub box_usd: Option<f64>,
+    /// What a kilowatt-hour costs, in US dollars.
     pub electricity_usd_per_kwh: f64,
 }
 
@@ -160,6 +168,99 @@ pub fn img_per_s_per_kusd(img_per_s: f64, price_usd: f64) -> Option<f64> {
 /// What the energy of one run costs.
 pub fn energy_cost_usd(energy_kwh: f64, prices: &Prices) -> f64 {
     energy_kwh * prices.electricity_usd_per_kwh
+}
+
+/// The comparison table and the prices it was reckoned at.
+pub(super) struct Comparison {
+    /// This box first, then each published result.
+    pub rows: Vec<ComparisonRow>,
+    /// The box price and the electricity price used, or how to set them.
+    pub notes: Vec<String>,
+}
+
+/// One system of the comparison, its figures as text.
+pub(super) struct ComparisonRow {
+    /// The system's name.
+    pub system: String,
+    /// Its accelerators (`6× GeForce RTX 4090`), empty for this box.
+    pub accelerators: String,
+    /// Time to train, in minutes.
+    pub minutes: String,
+    /// Training throughput, in img/s.
+    pub img_per_s: String,
+    /// Training throughput per $1,000 of box.
+    pub per_kusd: String,
+    /// Energy of one time-to-train run and what it costs.
+    pub energy: String,
+    /// Whether this is the box itself (the page marks its row).
+    pub this_box: bool,
+}
+
+/// The published results beside this box's best.
+pub(super) fn comparison(sku: &str, runs: &[RunBrief], prices: &Prices) -> Comparison {
+    let mut rows = Vec::new();
+    let mut notes = Vec::new();
+    let mine = box_figures(runs);
+    let box_price = prices.box_price(sku);
+    let minutes = mine
+        .time_to_train_min
+        .as_ref()
+        .map(|(m, _)| format!("{m:.2}"))
+        .or_else(|| {
+            mine.estimated_time_to_train_min
+                .as_ref()
+                .map(|(m, _)| format!("≈ {m:.1} (estimated)"))
+        })
+        .unwrap_or_else(|| "no run yet".into());
+    let img = mine.img_per_s.as_ref().map(|(v, _)| *v);
+    rows.push(ComparisonRow {
+        system: format!("this box ({sku})"),
+        accelerators: String::new(),
+        minutes,
+        img_per_s: or_dash(img.map(|v| format!("{v:.0}"))),
+        per_kusd: per_kusd_text(img, box_price),
+        energy: or_dash(
+            mine.energy_kwh
+                .map(|kwh| format!("{kwh:.2} kWh · ${:.2}", energy_cost_usd(kwh, prices))),
+        ),
+        this_box: true,
+    });
+    for r in REFERENCES {
+        rows.push(ComparisonRow {
+            system: r.system.to_string(),
+            accelerators: r.accelerators.to_string(),
+            minutes: format!("{:.2}", r.minutes),
+            img_per_s: or_dash(r.img_per_s.map(|v| format!("≈ {v:.0}"))),
+            per_kusd: per_kusd_text(r.img_per_s, r.list_price_usd),
+            energy: or_dash(r.energy_mj.map(|mj| {
+                let kwh = mj / 3.6;
+                format!(
+                    "{mj:.2} MJ ({kwh:.2} kWh) · ${:.2}",
+                    energy_cost_usd(kwh, prices)
+                )
+            })),
+            this_box: false,
+        });
+    }
+    match box_price {
+        Some(p) => notes.push(format!("box price ${p:.0}")),
+        None => notes.push("no box price: set box_price_usd in tinyperf.toml".into()),
+    }
+    notes.push(format!(
+        "electricity ${:.3}/kWh",
+        prices.electricity_usd_per_kwh
+    ));
+    Comparison { rows, notes }
+}
+
+/// [`img_per_s_per_kusd`] with one decimal, or `—` without a throughput or a price.
+fn per_kusd_text(img_per_s: Option<f64>, price_usd: Option<f64>) -> String {
+    or_dash(
+        img_per_s
+            .zip(price_usd)
+            .and_then(|(v, p)| img_per_s_per_kusd(v, p))
+            .map(|x| format!("{x:.1}")),
+    )
 }
 
 #[cfg(test)]

@@ -7,10 +7,10 @@
 use askama::Template;
 use serde::Serialize;
 
-use super::page::{comparison, stage_rows, Comparison, StageRow};
-use super::page_compare::Prices;
-use super::page_svg::{self, Series, SvgFigure};
-use super::page_text::{duration_text, number};
+use super::compare::{comparison, Comparison, Prices};
+use super::stages::{stage_rows, StageRow};
+use super::svg::{self, Series, SvgFigure};
+use super::text::{duration_or_dash, number, or_dash, utc_text};
 use crate::mlperf::log::MlLogText;
 use crate::record::{RunBrief, RunRecord};
 use crate::runtime::telemetry::csv::{CPU_DEVICE, HEADER};
@@ -20,8 +20,11 @@ const MAX_CHART_POINTS: usize = 600;
 
 /// What the page is made from.
 pub struct RunPageData<'a> {
+    /// The run's record.
     pub record: &'a RunRecord,
+    /// The box's SKU, for the header and the comparison.
     pub sku: &'a str,
+    /// The agent's version, for the header and the assets' cache keys.
     pub version: &'a str,
     /// `telemetry.csv`, when the run has one.
     pub telemetry: Option<&'a [u8]>,
@@ -29,8 +32,11 @@ pub struct RunPageData<'a> {
     pub mllog: Option<&'a [u8]>,
     /// `train.jsonl`, each epoch's training figures, when the run trained.
     pub train: Option<&'a [u8]>,
+    /// The stored runs, newest first, for the box's best figures.
     pub runs: &'a [RunBrief],
+    /// What the box and its power cost.
     pub prices: &'a Prices,
+    /// Whether the build embeds the chart library.
     pub charts: bool,
 }
 
@@ -82,6 +88,7 @@ struct ChartData {
     ys: Vec<Vec<Option<f64>>>,
 }
 
+/// The page as HTML; a template that fails to render gives a page that says so.
 pub fn render(d: &RunPageData<'_>) -> String {
     let r = d.record;
     let mut charts = d.train.map(train_charts).unwrap_or_default();
@@ -100,22 +107,11 @@ pub fn render(d: &RunPageData<'_>) -> String {
         id: r.id.clone(),
         suite: r.suite.clone(),
         run_state: r.state.as_str(),
-        verdict: r
-            .summary
-            .verdict
-            .map(|v| v.as_str().to_string())
-            .unwrap_or_else(|| "—".into()),
+        verdict: or_dash(r.summary.verdict.map(|v| v.as_str().to_string())),
         trigger: r.trigger.as_str(),
-        started: r.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-        finished: r
-            .finished_at
-            .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
-            .unwrap_or_else(|| "—".into()),
-        duration: r
-            .summary
-            .duration_s
-            .map(duration_text)
-            .unwrap_or_else(|| "—".into()),
+        started: utc_text(r.started_at),
+        finished: or_dash(r.finished_at.map(utc_text)),
+        duration: duration_or_dash(r.summary.duration_s),
         message: r.summary.message.clone(),
         findings: r.summary.findings.clone(),
         stages: stage_rows(&r.stages),
@@ -316,7 +312,7 @@ fn eval_chart(mllog: &[u8]) -> Option<ChartData> {
 }
 
 fn svg_of(chart: &ChartData) -> SvgFigure {
-    page_svg::figure(
+    svg::figure(
         &chart.title,
         &chart.unit,
         chart

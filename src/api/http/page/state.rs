@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::page::HistoryParts;
-use super::page_compare::Prices;
+use super::compare::Prices;
+use super::history::HistoryParts;
 use crate::record::{RunRecord, Verdict};
 
 /// Finished runs' pages kept rendered.
@@ -17,7 +17,9 @@ const RUN_PAGES_KEPT: usize = 32;
 /// Each GPU's worst verdict in one health run, by PCI address.
 pub type HealthVerdicts = HashMap<String, Verdict>;
 
+/// The pages' memory between requests.
 pub struct PageState {
+    /// What the box and its power cost, for the comparisons.
     pub prices: Prices,
     health: Mutex<Option<(String, Arc<HealthVerdicts>)>>,
     /// The status page's parts made from the stored runs, and the key they were made
@@ -29,6 +31,7 @@ pub struct PageState {
 }
 
 impl PageState {
+    /// Nothing kept yet.
     pub fn new(prices: Prices) -> PageState {
         PageState {
             prices,
@@ -58,6 +61,7 @@ impl PageState {
         Arc::default()
     }
 
+    /// Keeps the verdicts of health run `record` in place of any kept, and returns them.
     pub fn keep_health(&self, record: &RunRecord) -> Arc<HealthVerdicts> {
         let verdicts = Arc::new(health_verdicts(record));
         *self.health.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -78,6 +82,7 @@ impl PageState {
         parts
     }
 
+    /// Run `id`'s page, when kept and rendered while `newest` was the newest run.
     pub fn run_page(&self, id: &str, newest: &str) -> Option<Bytes> {
         let pages = self.run_pages.lock().unwrap_or_else(|e| e.into_inner());
         pages
@@ -86,6 +91,8 @@ impl PageState {
             .map(|(_, _, page)| page.clone())
     }
 
+    /// Keeps run `id`'s page, rendered while `newest` was the newest run; the oldest
+    /// kept page goes when there are too many.
     pub fn keep_run_page(&self, id: &str, newest: &str, page: Bytes) {
         let mut pages = self.run_pages.lock().unwrap_or_else(|e| e.into_inner());
         pages.retain(|(run, _, _)| run != id);

@@ -1,34 +1,60 @@
 //! Figures drawn on the server as SVG line charts, so a page shows its series without
 //! JavaScript. The points are numbers only; labels go through the template's escaping.
 
-/// Plot area of every figure, in SVG user units.
+/// Plot area of every figure, in SVG user units: its width…
 const WIDTH: f64 = 480.0;
+/// …and its height.
 const HEIGHT: f64 = 140.0;
 /// The most points one polyline keeps; longer series are thinned evenly.
 const MAX_POINTS: usize = 240;
 
 /// One series: its label and its (x, y) values.
 pub struct Series {
+    /// What the line is of (a GPU, `train`, `eval`, …).
     pub label: String,
+    /// The points, in the order they were taken.
     pub values: Vec<(f64, f64)>,
+}
+
+/// Adds `point` to the series labelled `label` in `series`, starting that series
+/// after the others when there is none yet.
+pub fn add_point(series: &mut Vec<Series>, label: String, point: (f64, f64)) {
+    match series.iter_mut().find(|s| s.label == label) {
+        Some(s) => s.values.push(point),
+        None => series.push(Series {
+            label,
+            values: vec![point],
+        }),
+    }
 }
 
 /// A figure ready for the template.
 pub struct SvgFigure {
+    /// The caption.
     pub title: String,
+    /// The unit of the y values, or empty for none.
     pub unit: String,
+    /// Plot width, in SVG user units.
     pub width: f64,
+    /// Plot height, in SVG user units.
     pub height: f64,
+    /// A line per series.
     pub lines: Vec<SvgLine>,
+    /// The lowest y of the scale, as text.
     pub y_min: String,
+    /// The highest y of the scale, as text.
     pub y_max: String,
+    /// The lowest x of the scale, as text.
     pub x_min: String,
+    /// The highest x of the scale, as text.
     pub x_max: String,
     /// Values in all the series; a figure with none says so instead of drawing.
     pub points: usize,
 }
 
+/// One series of a figure, scaled into its plot.
 pub struct SvgLine {
+    /// The series' label.
     pub label: String,
     /// `x,y x,y …` in the plot's coordinates.
     pub points: String,
@@ -75,7 +101,7 @@ pub fn figure(title: &str, unit: &str, series: Vec<Series>) -> SvgFigure {
                 class: format!("s{}", i % 8),
                 last: values
                     .last()
-                    .map(|v| super::page_text::number(v.1))
+                    .map(|v| super::text::number(v.1))
                     .unwrap_or_else(|| "—".into()),
             }
         })
@@ -86,10 +112,10 @@ pub fn figure(title: &str, unit: &str, series: Vec<Series>) -> SvgFigure {
         width: WIDTH,
         height: HEIGHT,
         lines,
-        y_min: super::page_text::number(y0),
-        y_max: super::page_text::number(y1),
-        x_min: super::page_text::number(x0),
-        x_max: super::page_text::number(x1),
+        y_min: super::text::number(y0),
+        y_max: super::text::number(y1),
+        x_min: super::text::number(x0),
+        x_max: super::text::number(x1),
         points: all.len(),
     }
 }

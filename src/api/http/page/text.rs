@@ -84,10 +84,12 @@ pub(super) fn number(v: f64) -> String {
     }
 }
 
+/// Seconds from `from` to `to`, never below zero.
 pub(super) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
     ((to - from).num_milliseconds() as f64 / 1000.0).max(0.0)
 }
 
+/// `3 min 05 s ago`: how long before `now` `t` was.
 pub(super) fn ago(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     format!("{} ago", duration_text(seconds_between(t, now)))
 }
@@ -114,6 +116,21 @@ pub(super) fn duration_text(seconds: f64) -> String {
     } else {
         format!("{m} min {s:02} s")
     }
+}
+
+/// `2026-11-29 21:05:12 UTC`.
+pub(super) fn utc_text(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+/// The text, or `—` where there is none.
+pub(super) fn or_dash(text: Option<String>) -> String {
+    text.unwrap_or_else(|| "—".into())
+}
+
+/// A duration as [`duration_text`] writes it, or `—` where there is none.
+pub(super) fn duration_or_dash(seconds: Option<f64>) -> String {
+    or_dash(seconds.map(duration_text))
 }
 
 #[cfg(test)]
