@@ -10,8 +10,9 @@ DEBUG_BIN := target/debug/tinyperf
 # Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
 # udevadm, a C compiler for the fake GPU driver libraries, a C++ compiler to check the GPU kernel source, curl for HTTP checks, Python with
 # venv for mlperf-logging's checkers (installed from PyPI into .venv) and for Selenium (into .venv-browser),
-# Chromium and its WebDriver with a font for the browser tests, and the hiprtc of ROCm 5.2
-# (in libamdhip64-5) to compile the HIP kernels; the build packages come first. Prometheus
+# Chromium and its WebDriver with a font for the browser tests, the hiprtc of ROCm 5.2
+# (in libamdhip64-5) to compile the HIP kernels, and util-linux's script for a
+# pseudo-terminal (the live progress bars); the build packages come first. Prometheus
 # and promtool (Debian's prometheus package, unpacked, never installed as a service) come
 # from scripts/prometheus-tools.sh.
 TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv \

@@ -7,6 +7,7 @@ pub mod gpu;
 mod gpu_compile;
 mod gpu_floors;
 pub mod mlperf;
+pub mod progress;
 
 /// A mistake in how tinyperf was called, reported with exit status 2.
 #[derive(Debug, thiserror::Error)]

@@ -18,6 +18,7 @@ use super::{
     mlperf_package, mlperf_resnet, options, smoke, train_throughput,
 };
 use crate::cli::args::{EventFormat, RunArgs};
+use crate::cli::progress::TerminalProgress;
 use crate::cli::UsageError;
 use crate::record::store::{new_run_id, Artifact, Store};
 use crate::record::{RunRecord, RunState, StageResult, Trigger, Verdict};
@@ -402,7 +403,8 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         telemetry_interval,
         telemetry_sink: None,
     };
-    let format = args.events;
+    let format = args.event_format();
+    let mut live = args.live_progress().then(TerminalProgress::new);
     // The supervisor reads silence as a hung worker; a thread of its own says the
     // process is alive while a stage computes.
     let mut heartbeat = (format == EventFormat::Jsonl).then(Heartbeat::start);
@@ -423,7 +425,10 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
         let mut out = std::io::stdout().lock();
         let written = match format {
             EventFormat::Jsonl => writeln!(out, "{}", event.to_line()).and_then(|_| out.flush()),
-            EventFormat::Human => super::human::write_event(&mut out, &event),
+            EventFormat::Human => match &mut live {
+                Some(live) => live.show(&event),
+                None => super::human::write_event(&mut out, &event),
+            },
         };
         if let Err(e) = written {
             // A reader that went away (the agent died) means nobody wants the run: stop.
