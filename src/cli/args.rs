@@ -46,6 +46,29 @@ pub enum Command {
     /// Score MLPerf Training ResNet results and write submission packages.
     #[command(subcommand)]
     Mlperf(MlperfCommand),
+    /// Print a shell's completion script (bash, zsh, fish, elvish, powershell); `make
+    /// install` installs them. Hidden from --help: packaging, not operating the box.
+    #[command(hide = true)]
+    Completions(CompletionsArgs),
+    /// Print the tinyperf(1) manual page, or with --dir write it and one page per
+    /// subcommand; `make install` installs them. Hidden from --help like completions.
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write tinyperf.1 and a page per subcommand (tinyperf-run.1, tinyperf-dataset-synth.1,
+    /// …) into this folder instead of printing tinyperf.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -3,6 +3,7 @@
 pub mod args;
 pub mod client;
 pub mod dataset;
+pub mod generate;
 pub mod gpu;
 mod gpu_compile;
 mod gpu_floors;
