@@ -10,12 +10,15 @@ DEBUG_BIN := target/debug/tinyperf
 # Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
 # udevadm, a C compiler for the fake GPU driver libraries, a C++ compiler to check the GPU kernel source, curl for HTTP checks, Python with
 # venv for mlperf-logging's checkers (installed from PyPI into .venv) and for Selenium (into .venv-browser),
-# Chromium and its WebDriver with a font for the browser tests, and the hiprtc of ROCm 5.2
-# (in libamdhip64-5) to compile the HIP kernels; the build packages come first. Prometheus
+# Chromium and its WebDriver with a font for the browser tests, the hiprtc of ROCm 5.2
+# (in libamdhip64-5) to compile the HIP kernels, util-linux's script for a pseudo-terminal
+# (the live progress bars), zsh, fish, mandoc and groff to check the generated completions
+# and man pages, and make for `make install`; the build packages come first. Prometheus
 # and promtool (Debian's prometheus package, unpacked, never installed as a service) come
 # from scripts/prometheus-tools.sh.
 TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
-	libamdhip64-5 libhiprtc-builtins5 chromium chromium-driver fonts-dejavu-core
+	libamdhip64-5 libhiprtc-builtins5 chromium chromium-driver fonts-dejavu-core \
+	zsh fish mandoc groff-base make
 
 # Builds made here embed uPlot (build.rs fetches its npm tarball with curl and checks its
 # sha512) or fail; a plain `cargo build` without network builds without charts instead.
@@ -110,8 +113,22 @@ bench-venv:
 	@$(BENCH_VENV)/bin/python -c 'import torch, torchvision' 2>/dev/null || \
 		$(BENCH_VENV)/bin/pip install -q torch torchvision
 
-install: release
-	install -Dm755 $(RELEASE_BIN) $(DESTDIR)$(PREFIX)/bin/tinyperf
+## Installs the release build, with its shell completions and man pages generated from it;
+## BIN=path installs a binary built already instead (the tests install the debug build).
+BIN ?=
+INSTALL_BIN := $(or $(BIN),$(RELEASE_BIN))
+BASH_COMPLETION_DIR := $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+ZSH_COMPLETION_DIR := $(DESTDIR)$(PREFIX)/share/zsh/vendor-completions
+FISH_COMPLETION_DIR := $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+MAN1_DIR := $(DESTDIR)$(PREFIX)/share/man/man1
+install: $(if $(BIN),,release)
+	install -Dm755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/tinyperf
+	install -d $(BASH_COMPLETION_DIR) $(ZSH_COMPLETION_DIR) $(FISH_COMPLETION_DIR) $(MAN1_DIR)
+	$(INSTALL_BIN) completions bash >$(BASH_COMPLETION_DIR)/tinyperf
+	$(INSTALL_BIN) completions zsh >$(ZSH_COMPLETION_DIR)/_tinyperf
+	$(INSTALL_BIN) completions fish >$(FISH_COMPLETION_DIR)/tinyperf.fish
+	$(INSTALL_BIN) man --dir $(MAN1_DIR) >/dev/null
+	chmod 644 $(BASH_COMPLETION_DIR)/tinyperf $(ZSH_COMPLETION_DIR)/_tinyperf $(FISH_COMPLETION_DIR)/tinyperf.fish $(MAN1_DIR)/tinyperf*.1
 	install -Dm644 systemd/tinyperf.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf.service
 	install -Dm644 systemd/org.tinyperf.Agent1.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.tinyperf.Agent1.conf
 	install -Dm644 systemd/org.tinyperf.Agent1.service $(DESTDIR)$(PREFIX)/share/dbus-1/system-services/org.tinyperf.Agent1.service

@@ -12,6 +12,8 @@
 #     the amdgpu firmware gfx1100 needs is there; green: the NVIDIA module DKMS
 #     built matches the image's kernel, nvidia-uvm resolves for modules-load.d,
 #     the GSP firmware is there, the cuDNN libraries are the wheel's bytes;
+#   - the shell completions (bash, zsh, fish) and man pages make install
+#     generated are in the image, as the image's tinyperf generates them;
 #   - the agent starts, answers HTTP and, on a dbus-daemon of the image's own
 #     (this script's configuration, the image's policy files), D-Bus.
 # The unit's Environment= lines (tinyperf.service and its drop-ins in the
@@ -114,6 +116,39 @@ if [ "$inside" = 1 ]; then
 
     version=$(tp --version 2>&1) && pass "tinyperf runs in the image: $version" ||
         flunk "tinyperf --version in the image: $version"
+
+    # -- completions and man pages: make install put them in, the dpkg
+    # path-excludes (/usr/share/man/*, for the packages) left them, and they are
+    # what the image's own tinyperf generates.
+    generated=""
+    for f in share/bash-completion/completions/tinyperf:bash \
+        share/zsh/vendor-completions/_tinyperf:zsh \
+        share/fish/vendor_completions.d/tinyperf.fish:fish; do
+        file=/usr/${f%:*} shell=${f##*:}
+        if ! [ -s "$R$file" ]; then
+            flunk "$shell completion: no $file in the image"
+        elif ! tp completions "$shell" 2>&1 | cmp -s - "$R$file"; then
+            flunk "$shell completion: $file is not what the image's tinyperf generates"
+        elif [ "$shell" = bash ] && ! in_image bash -n "$file" 2>"$results/bash-completion.err"; then
+            flunk "bash completion: bash -n $file says $(head -c 300 "$results/bash-completion.err")"
+        else
+            generated="$generated $shell"
+        fi
+    done
+    [ -z "$generated" ] || pass "completions for$generated in the image, as its tinyperf generates them (bash: bash -n clean)"
+    # The pages the image's tinyperf writes (their dates are today's), each
+    # installed under the same name.
+    missing="" count=0
+    for page in $(tp man --dir /tmp/man-pages 2>&1); do
+        count=$((count + 1))
+        [ -s "$R/usr/share/man/man1/${page##*/}" ] || missing="$missing ${page##*/}"
+    done
+    if [ "$count" -gt 1 ] && [ -z "$missing" ] &&
+        grep -q '^\.TH TINYPERF 1 ' "$R/usr/share/man/man1/tinyperf.1"; then
+        pass "man pages in the image: tinyperf.1 and $((count - 1)) subcommand pages in /usr/share/man/man1"
+    else
+        flunk "man pages: of the $count tinyperf man --dir writes, missing from /usr/share/man/man1:${missing:- none (or tinyperf.1 has no .TH TINYPERF 1 line)}"
+    fi
 
     # -- gpu compile with the image's compiler ---------------------------------
     case "$variant" in

@@ -27,6 +27,8 @@ fn main() -> ExitCode {
         Command::Dataset(command) => tinyperf::cli::dataset::main(&command),
         Command::Gpu(command) => tinyperf::cli::gpu::main(&command),
         Command::Mlperf(command) => tinyperf::cli::mlperf::main(&command),
+        Command::Completions(args) => tinyperf::cli::generate::completions(&args),
+        Command::Man(args) => tinyperf::cli::generate::man(&args),
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

@@ -46,6 +46,29 @@ pub enum Command {
     /// Score MLPerf Training ResNet results and write submission packages.
     #[command(subcommand)]
     Mlperf(MlperfCommand),
+    /// Print a shell's completion script (bash, zsh, fish, elvish, powershell); `make
+    /// install` installs them. Hidden from --help: packaging, not operating the box.
+    #[command(hide = true)]
+    Completions(CompletionsArgs),
+    /// Print the tinyperf(1) manual page, or with --dir write it and one page per
+    /// subcommand; `make install` installs them. Hidden from --help like completions.
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write tinyperf.1 and a page per subcommand (tinyperf-run.1, tinyperf-dataset-synth.1,
+    /// …) into this folder instead of printing tinyperf.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -292,9 +315,11 @@ pub struct RunArgs {
     /// Stop training at this top-1 accuracy (the `target_accuracy` option).
     #[arg(long, value_name = "FRACTION")]
     pub target_accuracy: Option<f64>,
-    /// How to report progress.
-    #[arg(long, value_enum, default_value_t = EventFormat::Human)]
-    pub events: EventFormat,
+    /// How to report progress: `human` lines, or `jsonl` events (what the agent reads).
+    /// Without it, a terminal gets a live progress bar per stage and anything else the
+    /// `human` lines.
+    #[arg(long, value_enum)]
+    pub events: Option<EventFormat>,
     /// Record the run under `DIR/runs/<id>/`.
     #[arg(long, conflicts_with = "run_dir")]
     pub state_dir: Option<PathBuf>,
@@ -341,6 +366,21 @@ impl RunArgs {
             )));
         }
         Ok(std::time::Duration::from_secs_f64(seconds))
+    }
+
+    /// The format events are written in: `human` unless `--events` names another.
+    pub fn event_format(&self) -> EventFormat {
+        self.events.unwrap_or(EventFormat::Human)
+    }
+
+    /// Whether progress is drawn as live bars: only for a person at a terminal, so a
+    /// pipe, a log file or an explicit `--events` gets plain lines.
+    pub fn live_progress(&self) -> bool {
+        self.live_progress_on(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+    }
+
+    fn live_progress_on(&self, stdout_is_terminal: bool) -> bool {
+        stdout_is_terminal && self.events.is_none()
     }
 
     /// The suite named positionally or by `--suite`, `acceptance` by default.
@@ -408,4 +448,34 @@ pub struct RunsArgs {
     pub limit: u32,
     #[command(flatten)]
     pub client: ClientArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Run(args) | Command::Health(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_definitions_are_consistent() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn bars_only_for_a_terminal_and_no_explicit_events() {
+        let plain = run_args(&["tinyperf", "run", "inventory"]);
+        assert_eq!(plain.event_format(), EventFormat::Human);
+        assert!(plain.live_progress_on(true));
+        assert!(!plain.live_progress_on(false));
+        for (format, want) in [("human", EventFormat::Human), ("jsonl", EventFormat::Jsonl)] {
+            let args = run_args(&["tinyperf", "health", "--events", format]);
+            assert_eq!(args.event_format(), want);
+            assert!(!args.live_progress_on(true), "--events {format}");
+        }
+    }
 }

@@ -3,10 +3,12 @@
 pub mod args;
 pub mod client;
 pub mod dataset;
+pub mod generate;
 pub mod gpu;
 mod gpu_compile;
 mod gpu_floors;
 pub mod mlperf;
+pub mod progress;
 pub mod run;
 
 /// A mistake in how tinyperf was called, reported with exit status 2.

@@ -7,6 +7,7 @@ use std::io::Write;
 use serde_json::{Map, Value};
 
 use super::args::{EventFormat, RunArgs};
+use super::progress::TerminalProgress;
 use super::UsageError;
 use crate::suite::event::WorkerEvent;
 use crate::suite::health;
@@ -22,7 +23,11 @@ pub fn main(args: &RunArgs) -> anyhow::Result<i32> {
     let outcome = match request.events {
         request::EventFormat::Jsonl => worker::run(&request, &mut JsonLines::start())?,
         request::EventFormat::Human => {
-            let outcome = worker::run(&request, &mut PlainLines)?;
+            let outcome = if args.live_progress() {
+                worker::run(&request, &mut TerminalProgress::new())?
+            } else {
+                worker::run(&request, &mut PlainLines)?
+            };
             if outcome.record.suite == health::SUITE {
                 let result = health::result::from_record(&outcome.record);
                 print!("{}", health::result::table(&result));
@@ -88,7 +93,7 @@ fn worker_request(args: &RunArgs) -> Result<WorkerRequest, UsageError> {
         sku: args.sku.clone(),
         recording,
         telemetry_interval,
-        events: match args.events {
+        events: match args.event_format() {
             EventFormat::Human => request::EventFormat::Human,
             EventFormat::Jsonl => request::EventFormat::Jsonl,
         },
@@ -133,5 +138,11 @@ impl EventSink for PlainLines {
         let mut out = std::io::stdout().lock();
         crate::suite::human::write_event(&mut out, event)?;
         out.flush()
+    }
+}
+
+impl EventSink for TerminalProgress {
+    fn event(&mut self, event: &WorkerEvent) -> std::io::Result<()> {
+        self.show(event)
     }
 }

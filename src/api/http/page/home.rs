@@ -19,8 +19,8 @@ use super::live::{self, GpuTile, RecentTelemetry};
 use super::stages::{stage_rows, StageRow};
 use super::svg::SvgFigure;
 use super::text::{ago, duration_or_dash, duration_text, or_dash, seconds_between};
-use crate::agent::{AgentState, StatusSnapshot};
 use crate::agent::live::LiveRun;
+use crate::agent::{AgentState, StatusSnapshot};
 use crate::record::{RunRecord, Verdict};
 
 /// What the page shows.
