@@ -126,11 +126,13 @@ done <<<"$APT_SOURCES"
 # The base every variant has: systemd with networkd, D-Bus, systemd-repart
 # (its own package from trixie on; it grows the root partition at first boot),
 # the kernel with an initramfs, systemd-boot's EFI binary, an SSH server, and
-# the tools the agent's inventory and an operator use.
+# the tools the agent's inventory and an operator use (man-db and bash-completion
+# so that tinyperf's own man pages and completions work over SSH).
 base="systemd systemd-sysv udev dbus libpam-systemd systemd-timesyncd systemd-resolved
       systemd-repart linux-image-amd64 initramfs-tools systemd-boot-efi
       openssh-server ca-certificates netbase iproute2 iputils-ping curl jq
-      kmod e2fsprogs fdisk pciutils usbutils nvme-cli dmidecode lshw procps less"
+      kmod e2fsprogs fdisk pciutils usbutils nvme-cli dmidecode lshw procps less
+      man-db bash-completion"
 packages=$(echo "$base $PACKAGES" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
 
 exclude_args=()

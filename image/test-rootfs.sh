@@ -150,6 +150,17 @@ if [ "$inside" = 1 ]; then
         flunk "man pages: of the $count tinyperf man --dir writes, missing from /usr/share/man/man1:${missing:- none (or tinyperf.1 has no .TH TINYPERF 1 line)}"
     fi
 
+    # An operator at the box's shell gets them: man finds the page, and
+    # bash-completion loads the completion on demand.
+    if where=$(in_image man -w tinyperf 2>&1); then
+        pass "man -w tinyperf in the image: $where"
+    else
+        flunk "man -w tinyperf in the image: $where (is man-db installed?)"
+    fi
+    [ -f "$R/usr/share/bash-completion/bash_completion" ] &&
+        pass "bash-completion is installed, so the tinyperf completion loads in a login shell" ||
+        flunk "no /usr/share/bash-completion/bash_completion in the image: the completion never loads"
+
     # -- gpu compile with the image's compiler ---------------------------------
     case "$variant" in
     red) compile_args=(--runtime hip --arch gfx1100) ;;
