@@ -23,7 +23,7 @@ use crate::record::files;
 use crate::record::store::Artifact;
 use crate::record::{RunRecord, RunState, Trigger};
 use crate::suite::event::WorkerEvent;
-use crate::suite::plan::{self, RunPlan, Workspace};
+use crate::suite::plan::{self, Workspace};
 
 /// What the supervisor needs to start workers and take inventory.
 #[derive(Debug, Clone)]
@@ -157,6 +157,8 @@ impl Supervisor {
             RunRecord::new(run_id.clone(), suite.clone(), trigger, plan.options.clone());
         record.hardware = read(&self.shared.hardware).json.clone();
         let needed = plan.dataset_bytes_needed();
+        let plan_json = serde_json::to_string(&plan)
+            .map_err(|e| AgentError::Internal(format!("cannot hand the plan to a worker: {e}")))?;
         let store = self.shared.store.clone();
         let first = record.clone();
         let (state_dir, reserve) = (self.config.state_dir.clone(), self.config.min_free_space);
@@ -178,7 +180,7 @@ impl Supervisor {
 
         let spec = WorkerSpec {
             exe: self.config.worker_exe.clone(),
-            args: self.worker_args(&plan, &run_dir),
+            args: self.worker_args(&plan_json, &run_dir),
             run_dir,
             grace: self.config.grace,
         };
@@ -205,7 +207,7 @@ impl Supervisor {
     }
 
     /// The worker's command line: the checked plan, executed as it is.
-    fn worker_args(&self, plan: &RunPlan, run_dir: &std::path::Path) -> Vec<OsString> {
+    fn worker_args(&self, plan_json: &str, run_dir: &std::path::Path) -> Vec<OsString> {
         let mut args: Vec<OsString> = vec![
             "run".into(),
             "--events".into(),
@@ -215,7 +217,7 @@ impl Supervisor {
             "--root".into(),
             self.config.root.clone().into(),
             "--plan-json".into(),
-            serde_json::to_string(plan).unwrap_or_default().into(),
+            plan_json.into(),
         ];
         if let Some(sku) = &self.config.sku {
             args.push("--sku".into());

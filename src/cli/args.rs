@@ -342,7 +342,7 @@ pub struct RunArgs {
         long,
         value_name = "JSON",
         hide = true,
-        conflicts_with_all = ["suite", "suite_flag", "dataset", "backend", "precision", "target_accuracy", "options", "options_json"]
+        conflicts_with_all = ["suite", "suite_flag", "dataset", "backend", "precision", "target_accuracy", "options", "options_json", "dataset_cache_mb"]
     )]
     pub plan_json: Option<String>,
     /// Root of the sysfs/procfs tree to inventory.

@@ -7,6 +7,7 @@ pub mod generate;
 pub mod gpu;
 mod gpu_compile;
 mod gpu_floors;
+pub mod human;
 pub mod mlperf;
 pub mod progress;
 pub mod run;

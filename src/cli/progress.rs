@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use super::human;
 use crate::record::Verdict;
 use crate::suite::event::WorkerEvent;
-use crate::suite::human;
 
 /// A bar's length in steps: fine enough that a long stage visibly moves.
 pub const BAR_LENGTH: u64 = 1000;

@@ -136,7 +136,7 @@ struct PlainLines;
 impl EventSink for PlainLines {
     fn event(&mut self, event: &WorkerEvent) -> std::io::Result<()> {
         let mut out = std::io::stdout().lock();
-        crate::suite::human::write_event(&mut out, event)?;
+        super::human::write_event(&mut out, event)?;
         out.flush()
     }
 }

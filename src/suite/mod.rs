@@ -34,7 +34,6 @@ pub mod gpu_devices;
 pub mod gpu_gemm;
 pub mod gpu_p2p;
 pub mod health;
-pub mod human;
 pub mod inventory_stage;
 pub mod jsonl;
 pub mod mlperf_package;

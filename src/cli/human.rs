@@ -2,8 +2,8 @@
 
 use std::io::{self, Write};
 
-use super::event::WorkerEvent;
 use crate::record::Verdict;
+use crate::suite::event::WorkerEvent;
 
 pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> {
     match event {
