@@ -270,7 +270,7 @@ impl Config {
             else {
                 return Err(invalid(format!("benchmarks.{name} must be a table")));
             };
-            crate::suite::external::spec(&options)
+            crate::suite::plan::check_options(crate::suite::external::NAME, &options)
                 .map_err(|e| invalid(format!("benchmarks.{name}: {e}")))?;
             config.benchmarks.insert(name, options);
         }
