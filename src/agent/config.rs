@@ -6,33 +6,38 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// Where the agent reads its configuration when `--config` is not given; this one may be absent.
+/// The configuration file read when `--config` is not given; it may be absent.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/tinyperf/tinyperf.toml";
-/// The HTTP server's listen address when `listen` is not set: every address, port 8470.
+/// The default of `listen`: every address, port 8470.
 pub const DEFAULT_LISTEN: &str = "[::]:8470";
-/// The state folder (runs in `runs/`, generated datasets in `cache/`) when `state_dir` is not set.
+/// The default of `state_dir`: the state folder (runs in `runs/`, generated datasets in
+/// `cache/`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/tinyperf";
-/// The file holding the HTTP write token when `token_file` is not set; without it HTTP
-/// writes are disabled.
+/// The default of `token_file`: the HTTP write token; without the file, HTTP writes are
+/// disabled.
 pub const DEFAULT_TOKEN_FILE: &str = "/etc/tinyperf/token";
-/// The ImageNet root (`train/` and `val/`) when `dataset` is not set.
+/// The default of `dataset`: the ImageNet root (`train/` and `val/`).
 pub const DEFAULT_DATASET: &str = "/raid/datasets/imagenet";
 pub use crate::record::store::DEFAULT_RETENTION;
-/// Seconds a cancelled worker has between SIGTERM and SIGKILL when `cancel_grace_s` is not set.
+/// The default of `cancel_grace_s`: seconds a cancelled worker has between SIGTERM and
+/// SIGKILL.
 pub const DEFAULT_CANCEL_GRACE_S: f64 = 10.0;
-/// HTTP connections served at once when `http_max_connections` is not set.
+/// The default of `http_max_connections`: HTTP connections served at once.
 pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
-/// HTTP connections served at once to one client address when `http_max_connections_per_peer` is not set.
+/// The default of `http_max_connections_per_peer`: HTTP connections served at once to one
+/// client address.
 pub const DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER: usize = 64;
-/// Seconds an HTTP connection may wait between requests when `http_idle_timeout_s` is not set.
+/// The default of `http_idle_timeout_s`: seconds an HTTP connection may wait between
+/// requests.
 pub const DEFAULT_HTTP_IDLE_TIMEOUT_S: f64 = 10.0;
-/// Seconds an HTTP client may leave a response untaken when `http_send_timeout_s` is not set.
+/// The default of `http_send_timeout_s`: seconds an HTTP client may leave a response
+/// untaken.
 pub const DEFAULT_HTTP_SEND_TIMEOUT_S: f64 = 10.0;
-/// MiB the state directory must keep free when `min_free_space_mb` is not set.
+/// The default of `min_free_space_mb`: MiB the state folder must keep free to start a run.
 pub const DEFAULT_MIN_FREE_SPACE_MB: u64 = 512;
 /// The tinybox front display's control socket (tinyos's display service).
 pub const DEFAULT_FRONT_DISPLAY_SOCKET: &str = "/run/tinybox-screen.sock";
-/// Dollars per kWh for the pages' energy cost when `electricity_usd_per_kwh` is not set.
+/// The default of `electricity_usd_per_kwh`: dollars per kWh, for the pages' energy cost.
 pub const DEFAULT_ELECTRICITY_USD_PER_KWH: f64 = 0.15;
 const MIB: u64 = 1024 * 1024;
 

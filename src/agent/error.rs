@@ -15,7 +15,8 @@ pub enum AgentError {
     /// The run exists but lacks the file asked for; the message names both.
     #[error("{0}")]
     MissingFile(String),
-    /// The request cannot be acted on: a bad run id, a suite's options that fail the preflight, or a cancel of a run not in progress.
+    /// The request cannot be acted on: a bad run id, a suite's options that fail the
+    /// preflight, or a cancel of a run not in progress.
     #[error("invalid arguments: {0}")]
     InvalidArgs(String),
     /// A record or file too large to be served whole.
@@ -24,7 +25,8 @@ pub enum AgentError {
     /// Not enough free space to start a run.
     #[error("{0}")]
     NoSpace(String),
-    /// Something on the agent's side failed (the store, the worker, the inventory); not the caller's fault.
+    /// Something on the agent's side failed (the store, the worker, the inventory); not the
+    /// caller's fault.
     #[error("internal error: {0}")]
     Internal(String),
 }

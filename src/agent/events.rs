@@ -7,7 +7,7 @@ use super::status::AgentState;
 use crate::record::{RunState, Verdict};
 use crate::suite::event::TrainPoint;
 
-/// One thing that happened on the agent, in the order it happened; serialized with its `type`.
+/// One thing that happened on the agent, published in order; serialized with its `type`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentEvent {

@@ -72,7 +72,8 @@ pub struct Counters {
 pub struct HardwareView {
     /// The inventory report as JSON, as `GET /api/v1/hardware` serves it.
     pub json: Value,
-    /// The SKU the box is judged as: the configured override, else the one recognised (`unrecognised` when none fits).
+    /// The SKU the box is judged as: the configured override, else the one recognised
+    /// (`unrecognised` when none fits).
     pub sku: String,
 }
 
