@@ -6,32 +6,60 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// The configuration file read when `--config` is not given; it may be absent.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/tinyperf/tinyperf.toml";
+/// The default of `listen`: every address, port 8470.
 pub const DEFAULT_LISTEN: &str = "[::]:8470";
+/// The default of `state_dir`: the state folder (runs in `runs/`, generated datasets in
+/// `cache/`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/tinyperf";
+/// The default of `token_file`: the HTTP write token; without the file, HTTP writes are
+/// disabled.
 pub const DEFAULT_TOKEN_FILE: &str = "/etc/tinyperf/token";
+/// The default of `dataset`: the ImageNet root (`train/` and `val/`).
 pub const DEFAULT_DATASET: &str = "/raid/datasets/imagenet";
 pub use crate::record::store::DEFAULT_RETENTION;
+/// The default of `cancel_grace_s`: seconds a cancelled worker has between SIGTERM and
+/// SIGKILL.
 pub const DEFAULT_CANCEL_GRACE_S: f64 = 10.0;
+/// The default of `http_max_connections`: HTTP connections served at once.
 pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
+/// The default of `http_max_connections_per_peer`: HTTP connections served at once to one
+/// client address.
 pub const DEFAULT_HTTP_MAX_CONNECTIONS_PER_PEER: usize = 64;
+/// The default of `http_idle_timeout_s`: seconds an HTTP connection may wait between
+/// requests.
 pub const DEFAULT_HTTP_IDLE_TIMEOUT_S: f64 = 10.0;
+/// The default of `http_send_timeout_s`: seconds an HTTP client may leave a response
+/// untaken.
 pub const DEFAULT_HTTP_SEND_TIMEOUT_S: f64 = 10.0;
+/// The default of `min_free_space_mb`: MiB the state folder must keep free to start a run.
 pub const DEFAULT_MIN_FREE_SPACE_MB: u64 = 512;
 /// The tinybox front display's control socket (tinyos's display service).
 pub const DEFAULT_FRONT_DISPLAY_SOCKET: &str = "/run/tinybox-screen.sock";
+/// The default of `electricity_usd_per_kwh`: dollars per kWh, for the pages' energy cost.
 pub const DEFAULT_ELECTRICITY_USD_PER_KWH: f64 = 0.15;
 const MIB: u64 = 1024 * 1024;
 
+/// Why the configuration could not be loaded; each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// The file exists (or was named explicitly) but could not be read.
     #[error("cannot read configuration {path}: {source}")]
     Read {
+        /// The file that could not be read.
         path: PathBuf,
+        /// What reading it failed with.
         source: std::io::Error,
     },
+    /// The file parses badly, has an unknown key or a value out of range.
     #[error("invalid configuration {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The file whose content is wrong.
+        path: PathBuf,
+        /// What is wrong, naming the key and its allowed values where it can.
+        message: String,
+    },
 }
 
 /// The file as written; every key optional, unknown keys rejected.
@@ -62,9 +90,15 @@ struct ConfigFile {
 /// The configuration the agent runs with.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// The address and port the HTTP server listens on.
     pub listen: SocketAddr,
+    /// The file holding the bearer token that HTTP writes must present; when it is absent
+    /// HTTP writes are disabled.
     pub token_file: PathBuf,
+    /// The state folder: the run store in `runs/`, generated datasets in `cache/`;
+    /// its free space gates new runs.
     pub state_dir: PathBuf,
+    /// The ImageNet root (`train/` and `val/`) that training suites read by default.
     pub dataset: PathBuf,
     /// Suite run once when the agent starts.
     pub boot_suite: Option<String>,
@@ -78,6 +112,7 @@ pub struct Config {
     pub cancel_grace: Duration,
     /// HTTP connections served at once, in all and from one client address.
     pub http_max_connections: usize,
+    /// The limit on HTTP connections from one client address.
     pub http_max_connections_per_peer: usize,
     /// How long an HTTP connection may wait between requests.
     pub http_idle_timeout: Duration,
@@ -93,6 +128,7 @@ pub struct Config {
     /// What the box cost, for the pages' price-performance; `None` takes the list
     /// price of its SKU.
     pub box_price_usd: Option<f64>,
+    /// Dollars per kWh, for the pages' energy cost of a run.
     pub electricity_usd_per_kwh: f64,
     /// Where the front display listens; the agent writes to it only when it exists.
     pub front_display_socket: PathBuf,

@@ -6,13 +6,17 @@ use crate::record::store::ReadError;
 /// Errors the front ends turn into named D-Bus errors and HTTP status codes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AgentError {
+    /// A run is in progress, so another cannot start; the message names the run.
     #[error("a run is already in progress: {0}")]
     Busy(String),
+    /// No run in the store has this id.
     #[error("no run with id {}", crate::echo::quoted(.0))]
     NotFound(String),
     /// The run exists but lacks the file asked for; the message names both.
     #[error("{0}")]
     MissingFile(String),
+    /// The request cannot be acted on: a bad run id, a suite's options that fail the
+    /// preflight, or a cancel of a run not in progress.
     #[error("invalid arguments: {0}")]
     InvalidArgs(String),
     /// A record or file too large to be served whole.
@@ -21,6 +25,8 @@ pub enum AgentError {
     /// Not enough free space to start a run.
     #[error("{0}")]
     NoSpace(String),
+    /// Something on the agent's side failed (the store, the worker, the inventory); not the
+    /// caller's fault.
     #[error("internal error: {0}")]
     Internal(String),
 }

@@ -35,15 +35,26 @@ const HEADLINE: &[&str] = &[
     "gflops_sustained",
 ];
 
+/// Why a command did not reach the front display.
 #[derive(Debug, thiserror::Error)]
 pub enum DisplayError {
+    /// The socket could not be connected to or written (no display service, a refused
+    /// connection).
     #[error("{path}: {source}")]
     Io {
+        /// The display's socket.
         path: PathBuf,
+        /// What connecting or writing failed with.
         source: std::io::Error,
     },
+    /// The display did not take the command within the bound.
     #[error("{path}: the display took longer than {bound:?}")]
-    TimedOut { path: PathBuf, bound: Duration },
+    TimedOut {
+        /// The display's socket.
+        path: PathBuf,
+        /// How long the send was allowed (`SEND_BOUND`, one second).
+        bound: Duration,
+    },
 }
 
 /// Follows the agent's events and keeps the display current, forever.

@@ -54,12 +54,13 @@ impl AgentHandle {
         read(&self.shared.hardware).json.clone()
     }
 
-    /// The SKU the box was recognised as, or `unrecognised`.
     /// Reads the inventory in place, without copying it (a scrape needs only a few fields).
     pub fn with_hardware<T>(&self, reader: impl FnOnce(&Value) -> T) -> T {
         reader(&read(&self.shared.hardware).json)
     }
 
+    /// The SKU the box is judged as: the configured override, else the one recognised,
+    /// or `unrecognised`.
     pub fn sku(&self) -> String {
         read(&self.shared.hardware).sku.clone()
     }
@@ -143,12 +144,12 @@ impl AgentHandle {
         self.shared.store.list(limit)
     }
 
-    /// Runs in the store.
     /// The newest finished result of each suite and each stage, from the store's index.
     pub fn latest_results(&self) -> crate::record::LatestResults {
         self.shared.store.latest_results()
     }
 
+    /// How many runs the store holds.
     pub fn runs_stored(&self) -> usize {
         self.shared.store.len()
     }

@@ -21,7 +21,9 @@ pub const MAX_TELEMETRY_SAMPLES: usize = 1800;
 /// One telemetry sample and when the agent received it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimedSample {
+    /// When the agent received the sample from the worker.
     pub at: DateTime<Utc>,
+    /// What every GPU read.
     #[serde(flatten)]
     pub sample: TelemetrySample,
 }
@@ -29,10 +31,13 @@ pub struct TimedSample {
 /// The live figures of the run in progress, or of the last run until the next starts.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LiveRun {
+    /// The run the figures belong to, `None` before the agent's first run.
     pub run_id: Option<String>,
     /// Whether that run is still going.
     pub running: bool,
+    /// Its training figures, oldest first, at most `MAX_TRAIN_POINTS`.
     pub train: VecDeque<TrainPoint>,
+    /// Its telemetry samples, oldest first, at most `MAX_TELEMETRY_SAMPLES`.
     pub telemetry: VecDeque<TimedSample>,
 }
 
@@ -46,10 +51,12 @@ impl LiveRun {
         };
     }
 
+    /// Marks the run finished; its figures stay until the next run begins.
     pub fn end(&mut self) {
         self.running = false;
     }
 
+    /// Adds a training figure, thinning the step figures first when the series is full.
     pub fn add_train(&mut self, point: TrainPoint) {
         if self.train.len() >= MAX_TRAIN_POINTS {
             thin_steps(&mut self.train);
@@ -57,6 +64,7 @@ impl LiveRun {
         self.train.push_back(point);
     }
 
+    /// Adds a telemetry sample, dropping every other sample first when the series is full.
     pub fn add_sample(&mut self, sample: TimedSample) {
         if self.telemetry.len() >= MAX_TELEMETRY_SAMPLES {
             let mut keep = false;

@@ -10,32 +10,50 @@ use crate::suite::event::WorkerEvent;
 
 /// Requests to the supervisor.
 pub enum Command {
+    /// Start a run, unless one is in progress or the preflight refuses it.
     Start {
+        /// The suite to run.
         suite: String,
+        /// The suite's options, as the caller gave them (not yet checked).
         options: Map<String, Value>,
+        /// Who asked: boot, D-Bus, HTTP or the command line.
         trigger: Trigger,
+        /// Gets the new run's id, or why it was not started.
         reply: oneshot::Sender<Result<String, AgentError>>,
     },
+    /// Cancel the run in progress.
     Cancel {
+        /// The run to cancel; any other id is refused.
         run_id: String,
+        /// Gets `Ok` once the cancel is under way, or why the run cannot be cancelled.
         reply: oneshot::Sender<Result<(), AgentError>>,
     },
+    /// Take the inventory again.
     Rescan {
+        /// Gets the new inventory as JSON, or why the scan failed.
         reply: oneshot::Sender<Result<Value, AgentError>>,
     },
+    /// Something the worker of the run in progress said or did.
     Worker(WorkerMessage),
 }
 
 /// What the worker tells the supervisor.
 #[derive(Debug)]
 pub enum WorkerMessage {
+    /// One event line read from the worker's stdout.
     Event {
+        /// The run the worker executes.
         run_id: String,
+        /// The event, parsed.
         event: WorkerEvent,
     },
+    /// The worker process ended (after its session's leftovers were killed).
     Exited {
+        /// The run the worker executed.
         run_id: String,
+        /// How it ended, in words: `exit status N` or `killed by SIGNAL`.
         outcome: String,
+        /// Whether it exited with status 0.
         success: bool,
     },
 }

@@ -38,6 +38,7 @@ use supervisor::{Supervisor, SupervisorConfig};
 /// How the agent was asked to run, after the configuration file and the flags.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
+    /// The configuration from the file, with the command-line overrides applied.
     pub config: Config,
     /// The binary started as the worker (normally this very executable).
     pub worker_exe: PathBuf,

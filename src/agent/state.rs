@@ -3,12 +3,16 @@
 /// Where the supervisor stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SupervisorState {
+    /// No run is in progress; a start is accepted.
     Idle,
+    /// A run's worker is executing it.
     Running {
+        /// The run in progress.
         run_id: String,
     },
     /// Cancel was asked for; the worker has not exited yet.
     Cancelling {
+        /// The run being cancelled.
         run_id: String,
     },
 }
@@ -16,19 +20,44 @@ pub enum SupervisorState {
 /// What can happen to the supervisor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
-    Start { run_id: String },
-    Cancel { run_id: String },
-    WorkerExited { run_id: String },
+    /// A run was asked for and passed the preflight.
+    Start {
+        /// The id the new run is given.
+        run_id: String,
+    },
+    /// A cancel was asked for.
+    Cancel {
+        /// The run the caller wants cancelled.
+        run_id: String,
+    },
+    /// A worker process ended.
+    WorkerExited {
+        /// The run that worker executed.
+        run_id: String,
+    },
 }
 
+/// Why an input is refused in the current state.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransitionError {
+    /// A start while a run is in progress (or being cancelled).
     #[error("run {current} is in progress")]
-    Busy { current: String },
+    Busy {
+        /// The run in progress.
+        current: String,
+    },
+    /// A cancel of a run that is not the one in progress.
     #[error("run {run_id} is not in progress")]
-    NotInProgress { run_id: String },
+    NotInProgress {
+        /// The run the cancel named.
+        run_id: String,
+    },
+    /// An exit of a worker whose run is not the one in progress.
     #[error("a worker for run {run_id} exited, but it was not running")]
-    StrayWorker { run_id: String },
+    StrayWorker {
+        /// The run that worker claimed.
+        run_id: String,
+    },
 }
 
 impl SupervisorState {

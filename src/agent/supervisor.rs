@@ -30,9 +30,13 @@ use crate::suite::plan::{self, Workspace};
 pub struct SupervisorConfig {
     /// The `tinyperf` binary that runs as the worker.
     pub worker_exe: PathBuf,
+    /// The root of the sysfs/procfs tree to inventory (`/` on the box).
     pub root: PathBuf,
+    /// Judge the box as this SKU instead of recognising it.
     pub sku: Option<String>,
+    /// The ImageNet root that training suites read by default.
     pub dataset: PathBuf,
+    /// How long a cancelled worker has between SIGTERM and SIGKILL.
     pub grace: std::time::Duration,
     /// The state directory, whose free space is checked before a run starts.
     pub state_dir: PathBuf,

@@ -22,9 +22,13 @@ use crate::suite::event::WorkerEvent;
 /// How to start a worker.
 #[derive(Debug, Clone)]
 pub struct WorkerSpec {
+    /// The executable to run: the `tinyperf` binary.
     pub exe: PathBuf,
+    /// Its arguments: `run --events jsonl --run-dir … --plan-json …`.
     pub args: Vec<OsString>,
+    /// The run's folder in the store, where the worker writes its files.
     pub run_dir: PathBuf,
+    /// How long the worker has between SIGTERM and SIGKILL when cancelled.
     pub grace: Duration,
 }
 

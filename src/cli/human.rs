@@ -5,6 +5,9 @@ use std::io::{self, Write};
 use crate::record::Verdict;
 use crate::suite::event::WorkerEvent;
 
+/// Writes `event` as a few readable lines and flushes: stage headers, messages, each
+/// metric, check and finding, and the verdicts; heartbeats, telemetry and training figures
+/// print nothing. Fails only when `out` does.
 pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> {
     match event {
         WorkerEvent::RunStarted { suite, stages } => {

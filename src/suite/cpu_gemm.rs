@@ -11,8 +11,11 @@ use super::options::{self, GEMM_MIN_FRACTION, GEMM_SECONDS, GEMM_SIZE};
 use super::stage::{StageContext, StageReport};
 use crate::record::{Check, StageResult, Verdict};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "cpu-gemm";
+/// The matrix side N when `gemm_size` is not given.
 pub const DEFAULT_SIZE: usize = 2048;
+/// Seconds the GEMM is sustained when `gemm_seconds` is not given.
 pub const DEFAULT_SECONDS: f64 = 3.0;
 /// A healthy CPU reaches well over half its peak with this GEMM; a third leaves room for
 /// shared machines while still catching a throttled or misconfigured one.
@@ -20,6 +23,7 @@ pub const DEFAULT_MIN_FRACTION: f64 = 0.3;
 
 /// Square matrices in column-major order, filled with a deterministic pattern.
 pub struct GemmProblem {
+    /// The side of the three n×n matrices.
     pub n: usize,
     a: Vec<f32>,
     b: Vec<f32>,
@@ -27,6 +31,8 @@ pub struct GemmProblem {
 }
 
 impl GemmProblem {
+    /// Fills A and B with a deterministic pattern of small values of both signs; C starts
+    /// at zero.
     pub fn new(n: usize) -> Self {
         // Small values of both signs keep sums well inside f32 range and exercise rounding.
         let fill = |seed: usize| -> Vec<f32> {
@@ -42,6 +48,7 @@ impl GemmProblem {
         }
     }
 
+    /// The floating-point operations of one product: 2·n³.
     pub fn flops(&self) -> f64 {
         2.0 * (self.n as f64).powi(3)
     }
@@ -127,6 +134,10 @@ pub fn usable_cpus() -> usize {
         .unwrap_or(1)
 }
 
+/// Runs the stage: checks one product against a direct computation, sustains products on
+/// every usable CPU for `gemm_seconds`, and fails when the sustained GFLOP/s falls below
+/// `gemm_min_fraction` of the CPU's theoretical peak (a finding, not a check, when no peak
+/// can be estimated).
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut stage = StageReport::new(NAME);
     let n = options::number(ctx.options(), GEMM_SIZE, DEFAULT_SIZE as f64) as usize;

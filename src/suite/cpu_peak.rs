@@ -7,9 +7,12 @@ use serde::Serialize;
 /// What the peak estimate is made of, so a reader can check it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CpuPeak {
+    /// The CPU's model name, from `/proc/cpuinfo`.
     pub model: String,
     /// Physical cores the process may run on.
     pub cores: usize,
+    /// The clock the estimate uses, in MHz: the CPU's maximum frequency, else the one
+    /// `/proc/cpuinfo` reports now.
     pub clock_mhz: f64,
     /// FP32 FLOPs per cycle per core (FMA units × lanes × 2).
     pub flops_per_cycle: f64,
@@ -18,6 +21,8 @@ pub struct CpuPeak {
 }
 
 impl CpuPeak {
+    /// The theoretical peak in single-precision GFLOP/s: cores × MHz × FLOPs per cycle /
+    /// 1000.
     pub fn gflops(&self) -> f64 {
         self.cores as f64 * self.clock_mhz * self.flops_per_cycle / 1000.0
     }

@@ -11,7 +11,9 @@ use crate::runtime::telemetry::TelemetrySample;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TrainPointKind {
+    /// A training step's figure, sent at most about once a second.
     Step,
+    /// An epoch's summary, with its evaluation when it had one.
     Epoch,
 }
 
@@ -19,19 +21,25 @@ pub enum TrainPointKind {
 /// second) or an epoch's summary with its evaluation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainPoint {
+    /// The stage that trained (`smoke`, `mlperf-resnet-1`, …).
     pub stage: String,
+    /// Whether this is a step's figure or an epoch's summary.
     pub kind: TrainPointKind,
     /// 1-based.
     pub epoch: u32,
+    /// How many epochs the stage plans.
     pub planned_epochs: u32,
     /// Steps taken in the stage so far, and how many it plans.
     pub global_step: u64,
+    /// How many steps the stage plans in all.
     pub planned_steps: u64,
     /// The step's loss, or the epoch's mean.
     pub loss: f64,
     /// Training top-1 of the step's batch, or of the epoch.
     pub accuracy: f64,
+    /// Training throughput, in images per second.
     pub images_per_s: f64,
+    /// The learning rate at that step or epoch.
     pub lr: f64,
     /// Evaluation top-1, on epoch points that had an evaluation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -44,30 +52,48 @@ pub struct TrainPoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum WorkerEvent {
+    /// The run began; the first line the worker writes.
     RunStarted {
+        /// The suite the run executes.
         suite: String,
+        /// The names of its stages, in the order they run.
         stages: Vec<String>,
     },
+    /// The inventory a stage took; it becomes the run record's `hardware`.
     Hardware {
+        /// The inventory report, as JSON.
         hardware: Value,
     },
+    /// A stage began.
     StageStarted {
+        /// The stage's name.
         stage: String,
+        /// Its place in the run, 0-based.
         index: usize,
+        /// How many stages the run has.
         total: usize,
     },
     /// Progress of the whole run, 0..1, with an optional word on what is happening.
     Progress {
+        /// The stage that reported it.
         stage: String,
+        /// The whole run's progress, from 0 to 1.
         progress: f64,
+        /// What is happening, in a few words.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
+    /// A stage ended.
     StageFinished {
+        /// Its metrics, checks, findings and verdict.
         result: StageResult,
     },
+    /// The run ended; the last line the worker writes.
     RunFinished {
+        /// `passed` when no verdict failed or errored, `failed` when one did, `cancelled`
+        /// when stopped.
         state: RunState,
+        /// Why the run ended so, when there is more to say (`cancelled`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
     },
@@ -76,15 +102,18 @@ pub enum WorkerEvent {
     Heartbeat,
     /// A training figure, as it happens.
     Train {
+        /// The figure.
         point: TrainPoint,
     },
     /// One telemetry sample of every GPU, as the sampler takes it (from its own thread).
     Telemetry {
+        /// The sample.
         sample: TelemetrySample,
     },
 }
 
 impl WorkerEvent {
+    /// The event as one line of JSON, without the newline.
     pub fn to_line(&self) -> String {
         // Serialising these plain enums cannot fail.
         serde_json::to_string(self).unwrap_or_default()

@@ -21,6 +21,7 @@ use crate::mlperf::power_log::PowerLog;
 use crate::mlperf::score::RunScore;
 use crate::record::{Check, StageResult, Verdict};
 
+/// The suite's and its one stage's name.
 pub const NAME: &str = "external";
 /// The option naming a benchmark configured in `tinyperf.toml`, kept in the record so a
 /// run says which framework's benchmark it was.
@@ -32,11 +33,16 @@ const POLL: Duration = Duration::from_millis(100);
 /// The command's settings, from the suite's options.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ExternalSpec {
+    /// The program and its arguments (`sh -c LINE` when the option was one string).
     pub command: Vec<String>,
+    /// Variables added to the command's environment, name and value.
     pub env: Vec<(String, String)>,
+    /// The folder the command starts in; the worker's own when `None`.
     pub cwd: Option<PathBuf>,
     /// `None`: the MLLOG is on stdout; else the file the command writes it to.
     pub mllog_file: Option<PathBuf>,
+    /// How long the command may run before it is stopped (SIGTERM, then SIGKILL); no limit
+    /// when `None`.
     pub timeout: Option<Duration>,
 }
 
@@ -209,6 +215,11 @@ fn stop_group(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// Runs the stage: starts the command in its own process group, follows its MLLOG into the
+/// run's `mllog.txt` (progress on each epoch and evaluation), and scores it: fails when the
+/// command exits non-zero or the run does not converge; errors when no MLLOG line could be
+/// read, the command could not start or hit its timeout; skips when cancelled. Needs a
+/// recorded run (a run folder).
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let Some(spec) = ctx.plan.external.clone() else {

@@ -8,7 +8,9 @@ use crate::engine::backend::gpu::GpuBackend;
 use crate::engine::parallel::{gpu_all_reduce, measure_all_reduce_bandwidth, AllReduce};
 use crate::record::{Check, StageResult, Verdict};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-allreduce";
+/// The all-reduce buffer in MiB when `allreduce_mib` is not given.
 pub const DEFAULT_MIB: usize = 256;
 /// A tinybox's own first-boot test requires this bus bandwidth over its six GPUs.
 pub const FACTORY_MIN_BUSBW_GBPS: f64 = 12.0;
@@ -23,6 +25,8 @@ pub fn collective_for(
     Ok(gpu_all_reduce(backends))
 }
 
+/// Runs the stage: all-reduces a buffer of `allreduce_mib` over every GPU and fails when
+/// the bus bandwidth is below `allreduce_min_gbps`; skips on the CPU or with one GPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options(), ALLREDUCE_MIB, DEFAULT_MIB as f64) as usize) << 20;

@@ -6,13 +6,18 @@ use super::options::{self, TRANSFER_MIB};
 use super::stage::{StageContext, StageReport};
 use crate::record::{Check, StageResult, Verdict};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-bandwidth";
+/// The size of each copy in MiB when `transfer_mib` is not given.
 pub const DEFAULT_MIB: usize = 256;
 /// Share of the link's usable bandwidth a copy must reach: below it the link trained
 /// down, the slot is shared, or IOMMU settings are in the way.
 pub const MIN_FRACTION: f64 = 0.8;
 const REPEATS: usize = 10;
 
+/// Runs the stage: times pinned host→device and device→host copies of `transfer_mib` on
+/// every GPU and fails a direction below [`MIN_FRACTION`] of its PCIe link's usable
+/// bandwidth (recorded unjudged when the inventory lacks the link); skips on the CPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options(), TRANSFER_MIB, DEFAULT_MIB as f64) as usize) << 20;

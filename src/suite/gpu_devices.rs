@@ -10,11 +10,16 @@ use crate::engine::Precision;
 
 /// The GPUs a run uses, or why it runs on the CPU.
 pub enum GpuChoice {
+    /// The run uses the CPU: it asked for it, or no GPU runtime has a device.
     Cpu {
+        /// Why, in words a finding can carry.
         reason: String,
     },
+    /// Every device of one GPU runtime, opened.
     Gpus {
+        /// The runtime the devices were opened with (CUDA or HIP).
         runtime: GpuRuntime,
+        /// One backend per device, in the runtime's device order.
         backends: Vec<GpuBackend>,
     },
 }
@@ -91,10 +96,14 @@ pub fn open_for_stage(
 pub struct ModelPeak {
     /// A substring of the name the runtime reports.
     pub name: &'static str,
+    /// Dense fp16 matmul peak with f32 accumulation on the tensor/matrix cores, TFLOP/s.
     pub fp16_tflops: f64,
+    /// Dense f32 matmul peak on the path tinyperf's GEMMs take (TF32 on NVIDIA, plain f32
+    /// on AMD), TFLOP/s.
     pub f32_tflops: f64,
 }
 
+/// The published peaks of the GPU models tinyperf knows, matched by name substring.
 pub const MODEL_PEAKS: &[ModelPeak] = &[
     ModelPeak {
         name: "RTX 4090",
@@ -123,6 +132,8 @@ pub const MODEL_PEAKS: &[ModelPeak] = &[
     },
 ];
 
+/// The published peaks of the GPU model whose runtime name is `device_name`, `None` for a
+/// model not in [`MODEL_PEAKS`].
 pub fn model_peak(device_name: &str) -> Option<&'static ModelPeak> {
     MODEL_PEAKS.iter().find(|p| device_name.contains(p.name))
 }

@@ -8,7 +8,9 @@ use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::driver::MatmulPrecision;
 use crate::record::{Check, StageResult, Verdict};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-gemm";
+/// The matrix side N when `gpu_gemm_size` is not given.
 pub const DEFAULT_SIZE: usize = 8192;
 /// Share of the published peak a healthy card reaches on large square matmuls: cuBLAS
 /// and rocBLAS reach 60–80 % on these parts; a card far below is throttled or broken.
@@ -20,6 +22,9 @@ const MIN_PRODUCTS: usize = 10;
 /// clocks under load: a finding, since boost clocks legitimately fall a few per cent.
 const SLOWDOWN_NOTE: f64 = 0.10;
 
+/// Runs the stage: sustains fp16 and f32 N³ matmuls on every GPU for `gpu_gemm_seconds`
+/// each and fails a GPU whose median TFLOP/s is below `gpu_min_fraction` of its model's
+/// published peak (recorded unjudged for a model with no known peak); skips on the CPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let n = options::number(ctx.options(), GPU_GEMM_SIZE, DEFAULT_SIZE as f64) as usize;

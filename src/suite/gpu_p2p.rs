@@ -6,9 +6,13 @@ use super::options::{self, TRANSFER_MIB};
 use super::stage::{StageContext, StageReport};
 use crate::record::{Check, StageResult, Verdict};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-p2p";
 const REPEATS: usize = 5;
 
+/// Runs the stage: times a `transfer_mib` copy between every ordered pair of GPUs, checks
+/// each copy's data, and fails when any pair's copy fails; skips on the CPU or with one
+/// GPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options(), TRANSFER_MIB, 256.0) as usize) << 20;

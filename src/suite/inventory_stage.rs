@@ -5,8 +5,12 @@ use super::event::WorkerEvent;
 use super::stage::{StageContext, StageReport};
 use crate::record::StageResult;
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "inventory";
 
+/// Runs the stage: takes the inventory under the run's root, sends it as a `hardware` event
+/// for the run record and later stages, and judges it against the SKU (skips an
+/// unrecognised box, which has nothing to check against).
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     ctx.progress(
         0.0,

@@ -8,10 +8,14 @@ use super::stage::{StageContext, StageReport};
 use crate::mlperf::package::{package, PackageRequest};
 use crate::record::{Check, StageResult, Verdict};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "mlperf-package";
 /// Where in the run folder the package goes.
 pub const FOLDER: &str = "submission";
 
+/// Runs the stage: packages the run folder's five `result_N` runs into `submission/ORG/`
+/// and scores the package; fails when no package can be written or it earns no olympic time
+/// to train. Skips an unrecorded run.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let Some(run_dir) = ctx.run_dir.clone() else {

@@ -11,9 +11,12 @@ use super::training::{self, TrainJob};
 use crate::engine::train::ModelChoice;
 use crate::record::{StageResult, Verdict};
 
+/// The suite's name, and the stage's of a single run.
 pub const NAME: &str = "mlperf-resnet";
 /// Where the box keeps ImageNet (the agent's `dataset` setting says otherwise).
 pub const DEFAULT_DATASET: &str = "/raid/datasets/imagenet";
+/// The side in pixels of the training and evaluation crops when `image_size` is not given
+/// (the reference's 224).
 pub const IMAGE_SIDE: usize = 224;
 
 /// The most runs one suite run makes.

@@ -21,6 +21,7 @@ pub const SUITES: &[&str] = &[
 /// Suites of the design that this build cannot run yet.
 pub const NOT_IMPLEMENTED_SUITES: &[&str] = &[];
 
+/// Whether `name` is one of [`SUITES`].
 pub fn is_known_suite(name: &str) -> bool {
     SUITES.contains(&name)
 }

@@ -8,13 +8,19 @@ use crate::engine::Precision;
 /// One option a suite accepts: a number within `min..=max`.
 #[derive(Debug, Clone, Copy)]
 pub struct OptionSpec {
+    /// The name the option is given by (`-o KEY=VALUE`, a D-Bus or HTTP options map).
     pub key: &'static str,
+    /// The smallest value accepted.
     pub min: f64,
+    /// The largest value accepted.
     pub max: f64,
+    /// Whether the value must be a whole number.
     pub integer: bool,
+    /// What the option controls, in a few words, for error messages and the option schema.
     pub help: &'static str,
 }
 
+/// `gemm_size`: the N of the CPU GEMM stage's N×N×N matmul (acceptance; 2048 when absent).
 pub const GEMM_SIZE: OptionSpec = OptionSpec {
     key: "gemm_size",
     min: 64.0,
@@ -22,6 +28,8 @@ pub const GEMM_SIZE: OptionSpec = OptionSpec {
     integer: true,
     help: "matrix size N of the N×N×N CPU GEMM",
 };
+/// `gemm_seconds`: how long the CPU GEMM stage sustains its matmuls, in seconds (3 when
+/// absent).
 pub const GEMM_SECONDS: OptionSpec = OptionSpec {
     key: "gemm_seconds",
     min: 0.05,
@@ -29,6 +37,8 @@ pub const GEMM_SECONDS: OptionSpec = OptionSpec {
     integer: false,
     help: "how long the CPU GEMM is sustained, in seconds",
 };
+/// `gemm_min_fraction`: the share of the CPU's theoretical peak FLOPS the CPU GEMM must
+/// reach to pass (0.3 when absent).
 pub const GEMM_MIN_FRACTION: OptionSpec = OptionSpec {
     key: "gemm_min_fraction",
     min: 0.0,
@@ -37,6 +47,8 @@ pub const GEMM_MIN_FRACTION: OptionSpec = OptionSpec {
     help: "fraction of the CPU's theoretical peak the GEMM must reach to pass",
 };
 
+/// `train_steps`: how many timed ResNet-50 steps the train-throughput stage measures (10 on
+/// GPUs, 3 on the CPU when absent).
 pub const TRAIN_STEPS: OptionSpec = OptionSpec {
     key: "train_steps",
     min: 1.0,
@@ -44,6 +56,8 @@ pub const TRAIN_STEPS: OptionSpec = OptionSpec {
     integer: true,
     help: "timed ResNet-50 training steps of the train-throughput stage",
 };
+/// `train_warmup`: untimed ResNet-50 steps before the timed ones (3 on GPUs, 1 on the CPU
+/// when absent).
 pub const TRAIN_WARMUP: OptionSpec = OptionSpec {
     key: "train_warmup",
     min: 0.0,
@@ -51,6 +65,8 @@ pub const TRAIN_WARMUP: OptionSpec = OptionSpec {
     integer: true,
     help: "untimed warm-up steps before the timed ones",
 };
+/// `train_batch`: images per device and step of the train-throughput stage (256 on GPUs, 32
+/// on the CPU when absent).
 pub const TRAIN_BATCH: OptionSpec = OptionSpec {
     key: "train_batch",
     // Batch norm needs two images for a variance.
@@ -59,6 +75,8 @@ pub const TRAIN_BATCH: OptionSpec = OptionSpec {
     integer: true,
     help: "per-device batch of the train-throughput stage (at least 2)",
 };
+/// `train_image_size`: the side in pixels of the train-throughput stage's images (224 when
+/// absent).
 pub const TRAIN_IMAGE_SIZE: OptionSpec = OptionSpec {
     key: "train_image_size",
     min: 32.0,
@@ -66,6 +84,8 @@ pub const TRAIN_IMAGE_SIZE: OptionSpec = OptionSpec {
     integer: true,
     help: "image side of the train-throughput stage (224 for ImageNet)",
 };
+/// `image_size`: the side in pixels of the training and evaluation crops of smoke and
+/// mlperf-resnet.
 pub const IMAGE_SIZE: OptionSpec = OptionSpec {
     key: "image_size",
     min: 16.0,
@@ -73,6 +93,8 @@ pub const IMAGE_SIZE: OptionSpec = OptionSpec {
     integer: true,
     help: "side of the training and evaluation crops in pixels",
 };
+/// `loader_threads`: how many threads decode and augment the training data (every CPU when
+/// absent).
 pub const LOADER_THREADS: OptionSpec = OptionSpec {
     key: "loader_threads",
     min: 1.0,
@@ -80,6 +102,7 @@ pub const LOADER_THREADS: OptionSpec = OptionSpec {
     integer: true,
     help: "data loader threads (default: every CPU)",
 };
+/// `synth_classes`: how many classes the smoke suite's generated dataset has.
 pub const SYNTH_CLASSES: OptionSpec = OptionSpec {
     key: "synth_classes",
     min: 2.0,
@@ -87,6 +110,7 @@ pub const SYNTH_CLASSES: OptionSpec = OptionSpec {
     integer: true,
     help: "classes of the generated dataset",
 };
+/// `synth_per_class`: training images per class of the smoke suite's generated dataset.
 pub const SYNTH_PER_CLASS: OptionSpec = OptionSpec {
     key: "synth_per_class",
     min: 1.0,
@@ -94,6 +118,8 @@ pub const SYNTH_PER_CLASS: OptionSpec = OptionSpec {
     integer: true,
     help: "training images per class of the generated dataset",
 };
+/// `synth_val_per_class`: validation images per class of the smoke suite's generated
+/// dataset.
 pub const SYNTH_VAL_PER_CLASS: OptionSpec = OptionSpec {
     key: "synth_val_per_class",
     min: 1.0,
@@ -101,6 +127,7 @@ pub const SYNTH_VAL_PER_CLASS: OptionSpec = OptionSpec {
     integer: true,
     help: "validation images per class of the generated dataset",
 };
+/// `synth_size`: the side in pixels of the smoke suite's generated images.
 pub const SYNTH_SIZE: OptionSpec = OptionSpec {
     key: "synth_size",
     min: 16.0,
@@ -109,6 +136,8 @@ pub const SYNTH_SIZE: OptionSpec = OptionSpec {
     help: "side of the generated images in pixels",
 };
 
+/// `burn_seconds`: how long the silent-corruption check loads every GPU at once, in seconds
+/// (120 in health, 10 in acceptance when absent).
 pub const BURN_SECONDS: OptionSpec = OptionSpec {
     key: "burn_seconds",
     min: 0.0,
@@ -116,6 +145,8 @@ pub const BURN_SECONDS: OptionSpec = OptionSpec {
     integer: false,
     help: "how long the silent-corruption check loads every GPU, in seconds",
 };
+/// `link_load_seconds`: how long the link-health check copies both ways on each GPU, in
+/// seconds (10 when absent).
 pub const LINK_LOAD_SECONDS: OptionSpec = OptionSpec {
     key: "link_load_seconds",
     min: 0.5,
@@ -124,6 +155,8 @@ pub const LINK_LOAD_SECONDS: OptionSpec = OptionSpec {
     help: "how long the link-health check copies both ways on every GPU, in seconds",
 };
 
+/// `pulse_seconds`: how long the power-pulse check switches every GPU between load and idle
+/// together, in seconds (0, off, when absent).
 pub const PULSE_SECONDS: OptionSpec = OptionSpec {
     key: "pulse_seconds",
     min: 0.0,
@@ -131,6 +164,8 @@ pub const PULSE_SECONDS: OptionSpec = OptionSpec {
     integer: false,
     help: "how long every GPU is switched between load and idle together (0: off)",
 };
+/// `throttle_seconds`: how long the throttling check loads every GPU while it watches
+/// clocks and temperatures, in seconds (20 when absent).
 pub const THROTTLE_SECONDS: OptionSpec = OptionSpec {
     key: "throttle_seconds",
     min: 1.0,
@@ -138,6 +173,8 @@ pub const THROTTLE_SECONDS: OptionSpec = OptionSpec {
     integer: false,
     help: "how long every GPU is loaded while its throttling and temperatures are watched",
 };
+/// `memory_fraction`: the share of each GPU's memory the device-memory pattern test writes
+/// and reads back (0.8 when absent).
 pub const MEMORY_FRACTION: OptionSpec = OptionSpec {
     key: "memory_fraction",
     min: 0.01,
@@ -146,6 +183,8 @@ pub const MEMORY_FRACTION: OptionSpec = OptionSpec {
     help: "share of each GPU's memory the device-memory pattern test covers",
 };
 
+/// `gpu_gemm_size`: the N of each GPU's N×N×N matmuls in the GPU GEMM stage (8192 when
+/// absent).
 pub const GPU_GEMM_SIZE: OptionSpec = OptionSpec {
     key: "gpu_gemm_size",
     min: 256.0,
@@ -153,6 +192,8 @@ pub const GPU_GEMM_SIZE: OptionSpec = OptionSpec {
     integer: true,
     help: "matrix size N of each GPU's N×N×N matmuls",
 };
+/// `gpu_gemm_seconds`: how long each GPU sustains matmuls per precision, in seconds (3 when
+/// absent).
 pub const GPU_GEMM_SECONDS: OptionSpec = OptionSpec {
     key: "gpu_gemm_seconds",
     min: 0.0,
@@ -160,6 +201,8 @@ pub const GPU_GEMM_SECONDS: OptionSpec = OptionSpec {
     integer: false,
     help: "seconds of sustained matmuls per GPU and precision",
 };
+/// `gpu_min_fraction`: the share of a GPU model's published matmul peak it must reach to
+/// pass (0.5 when absent).
 pub const GPU_MIN_FRACTION: OptionSpec = OptionSpec {
     key: "gpu_min_fraction",
     min: 0.0,
@@ -167,6 +210,8 @@ pub const GPU_MIN_FRACTION: OptionSpec = OptionSpec {
     integer: false,
     help: "fraction of a GPU model's published matmul peak it must reach to pass",
 };
+/// `transfer_mib`: the size in MiB of each host↔device and peer-to-peer copy (256 when
+/// absent).
 pub const TRANSFER_MIB: OptionSpec = OptionSpec {
     key: "transfer_mib",
     min: 1.0,
@@ -174,6 +219,8 @@ pub const TRANSFER_MIB: OptionSpec = OptionSpec {
     integer: true,
     help: "size of each host↔device and peer copy, in MiB",
 };
+/// `allreduce_mib`: the size in MiB of the buffer the all-reduce stage reduces (256 when
+/// absent).
 pub const ALLREDUCE_MIB: OptionSpec = OptionSpec {
     key: "allreduce_mib",
     min: 1.0,
@@ -181,6 +228,8 @@ pub const ALLREDUCE_MIB: OptionSpec = OptionSpec {
     integer: true,
     help: "size of the all-reduce buffer, in MiB",
 };
+/// `allreduce_min_gbps`: the all-reduce bus bandwidth in GB/s the box must reach to pass
+/// (12, the factory script's bar, when absent).
 pub const ALLREDUCE_MIN_GBPS: OptionSpec = OptionSpec {
     key: "allreduce_min_gbps",
     min: 0.0,
@@ -200,6 +249,8 @@ pub const STAGE_TIMEOUT_S: OptionSpec = OptionSpec {
         "deadline of each stage in seconds; past it the worker is stopped and the run ends in error",
 };
 
+/// `runs`: how many mlperf-resnet training runs, each with its own seed; 5 also writes the
+/// submission package (1 when absent).
 pub const RUNS: OptionSpec = OptionSpec {
     key: "runs",
     min: 1.0,
@@ -211,32 +262,44 @@ pub const RUNS: OptionSpec = OptionSpec {
 /// An option whose value is text: a path, or one of a few names.
 #[derive(Debug, Clone, Copy)]
 pub struct TextSpec {
+    /// The name the option is given by (`-o KEY=VALUE`, a D-Bus or HTTP options map).
     pub key: &'static str,
     /// The accepted values; empty for free text such as a path.
     pub choices: &'static [&'static str],
+    /// What the option controls, in a few words, for error messages and the option schema.
     pub help: &'static str,
 }
 
+/// `dataset`: the folder of images to train on, in ImageNet layout (smoke: the generated
+/// dataset when absent; mlperf-resnet: the configured ImageNet).
 pub const DATASET: TextSpec = TextSpec {
     key: "dataset",
     choices: &[],
     help: "dataset folder in ImageNet layout (train/ and val/, a folder per class)",
 };
+/// `backend`: where the work runs: `auto` (the best found, when absent), `cpu`, `cuda` or
+/// `hip`.
 pub const BACKEND: TextSpec = TextSpec {
     key: "backend",
     choices: &["auto", "cpu", "cuda", "hip"],
     help: "the compute backend: the best found, the CPU, CUDA or HIP",
 };
+/// `precision`: how the train-throughput stage stores activations: `fp32` (when absent),
+/// `fp16` or `bf16`.
 pub const PRECISION: TextSpec = TextSpec {
     key: "precision",
     choices: Precision::NAMES,
     help: "activation storage of the training measurement: fp32, fp16 or bf16",
 };
+/// `model`: the network the smoke suite trains: `resnet20` (when absent), `resnet18` or
+/// `resnet50`.
 pub const MODEL: TextSpec = TextSpec {
     key: "model",
     choices: &["resnet20", "resnet18", "resnet50"],
     help: "the network to train",
 };
+/// `submitter`: the organisation named in the MLLOG, the system description and the
+/// submission package's folder (`tinycorp` when absent).
 pub const SUBMITTER: TextSpec = TextSpec {
     key: "submitter",
     choices: &[],

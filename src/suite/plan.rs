@@ -58,10 +58,19 @@ pub enum DatasetPlan {
     /// The suite reads no dataset.
     None,
     /// A folder in ImageNet layout (train/ and val/, a folder per class).
-    Folder { path: PathBuf },
+    Folder {
+        /// The dataset's root folder.
+        path: PathBuf,
+    },
     /// The generated dataset, made in the cache folder on first use; `new_bytes` is
     /// what making it adds there (0 when it is cached already).
-    Generated { spec: SynthSpec, new_bytes: u64 },
+    Generated {
+        /// What to generate (classes, images per class, size, seed); it also names the
+        /// dataset's folder in the cache.
+        spec: SynthSpec,
+        /// Bytes that making it adds to the cache folder; 0 when it is cached already.
+        new_bytes: u64,
+    },
 }
 
 /// One step of a suite.

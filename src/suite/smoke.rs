@@ -18,8 +18,11 @@ use crate::engine::recipe::Recipe;
 use crate::engine::train::ModelChoice;
 use crate::record::{StageResult, Verdict};
 
+/// The suite's and its one stage's name.
 pub const NAME: &str = "smoke";
+/// The network trained when `model` is not given.
 pub const DEFAULT_MODEL: ModelChoice = ModelChoice::ResNet20;
+/// The side in pixels of the training and evaluation crops when `image_size` is not given.
 pub const DEFAULT_IMAGE_SIZE: usize = 32;
 /// At or above the closed ResNet target (0.759), so the run's MLLOG reads as a
 /// successful run to the compliance checker.
@@ -28,6 +31,7 @@ pub const DEFAULT_TARGET: f64 = 0.8;
 /// Generated classes and training images per class: with ResNet-20 at 32² this takes
 /// about a minute on two cores.
 pub const DEFAULT_CLASSES: usize = 4;
+/// Training images per generated class when `synth_per_class` is not given.
 pub const DEFAULT_PER_CLASS: usize = 250;
 
 /// The smoke recipe: the reference optimizer and schedule at batch 128 (see
@@ -53,6 +57,7 @@ pub const IMAGES_PER_CLASS: usize = 2_500;
 /// The planned epochs stay within these: one pass over a large set is too few for the
 /// warmup and the decay, and a tiny set should not loop for ever.
 pub const MIN_EPOCHS: u32 = 3;
+/// The most epochs a smoke run plans, however small its dataset.
 pub const MAX_EPOCHS: u32 = 100;
 /// Warmup as a share of the planned epochs: the generated set's one epoch in ten.
 pub const WARMUP_SHARE: f64 = 0.1;
@@ -134,6 +139,10 @@ fn generated_dataset(ctx: &mut StageContext<'_>, spec: &SynthSpec) -> Result<Pat
         .map_err(|e| format!("cannot generate the smoke dataset: {e}"))
 }
 
+/// Runs the stage: trains the `model` on the plan's dataset (the generated one, made or
+/// reused in the cache folder, or the folder given) until it reaches the target top-1 or
+/// its epochs run out; fails short of the target or on a diverging loss, errors when the
+/// dataset cannot be had, skips when cancelled.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let Some(recipe) = ctx.plan.recipe.clone() else {
         return StageReport::new(NAME)

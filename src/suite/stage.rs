@@ -14,6 +14,7 @@ use crate::record::{Check, Metric, StageResult, Verdict};
 pub struct StageContext<'a> {
     /// Root of the sysfs/procfs tree to inventory.
     pub root: PathBuf,
+    /// Judge the box as this SKU instead of recognising it.
     pub sku: Option<String>,
     /// The run's checked plan: its options, recipe, dataset and workspace.
     pub plan: &'a RunPlan,
@@ -22,6 +23,7 @@ pub struct StageContext<'a> {
     pub run_dir: Option<PathBuf>,
     /// The inventory an earlier stage of this run took, as JSON.
     pub hardware: Option<Value>,
+    /// Set when the run is cancelled; a stage checks it between steps and stops early.
     pub cancel: &'a AtomicBool,
     /// Sends an event to whoever reads the worker.
     pub emit: &'a mut dyn FnMut(WorkerEvent),
@@ -31,6 +33,7 @@ pub struct StageContext<'a> {
     /// A stage whose phases each count from 0 (preparing, then training) never moves
     /// the run's progress back.
     pub progress_reached: f64,
+    /// The stage's name, as its events and result carry it.
     pub stage_name: &'static str,
 }
 
@@ -40,6 +43,7 @@ impl<'a> StageContext<'a> {
         &self.plan.options
     }
 
+    /// Whether the run was cancelled; a stage that sees it stops and returns what it has.
     pub fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
     }
@@ -64,12 +68,16 @@ impl<'a> StageContext<'a> {
 pub struct StageReport {
     name: &'static str,
     started_at: DateTime<Utc>,
+    /// The figures measured so far, each with its unit.
     pub metrics: Vec<Metric>,
+    /// The checks judged so far; their verdicts make the stage's.
     pub checks: Vec<Check>,
+    /// Notes that are not checks (a device skipped, a fallback taken), in plain words.
     pub findings: Vec<String>,
 }
 
 impl StageReport {
+    /// Starts the report of stage `name`, timed from now.
     pub fn new(name: &'static str) -> Self {
         StageReport {
             name,
@@ -80,6 +88,7 @@ impl StageReport {
         }
     }
 
+    /// Adds a figure of the whole stage: `value` in `unit` (`img/s`, `GB/s`, `s`, …).
     pub fn metric(&mut self, name: &str, value: f64, unit: &str) {
         self.metrics.push(Metric::new(name, value, unit));
     }

@@ -23,16 +23,23 @@ use crate::engine::train::{
 use crate::engine::{Backend, CpuBackend, Precision};
 use crate::record::{Check, StageResult, Verdict};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "train-throughput";
 /// Short on a CPU, where one ResNet-50 step of 32 images takes seconds.
 pub const CPU_DEFAULT_STEPS: usize = 3;
+/// Untimed warm-up steps on a CPU when `train_warmup` is not given.
 pub const CPU_DEFAULT_WARMUP: usize = 1;
+/// Images per step on a CPU when `train_batch` is not given.
 pub const CPU_DEFAULT_BATCH: usize = 32;
 /// On a GPU: the v4.0 tinybox recipe's 256 images per GPU.
 pub const GPU_DEFAULT_STEPS: usize = 10;
+/// Untimed warm-up steps on a GPU when `train_warmup` is not given.
 pub const GPU_DEFAULT_WARMUP: usize = 3;
+/// Images per GPU and step when `train_batch` is not given.
 pub const GPU_DEFAULT_BATCH: usize = 256;
+/// ImageNet's training crop side in pixels; the default of `train_image_size`.
 pub const IMAGE_SIDE: usize = 224;
+/// Images in ImageNet's training set, which an epoch of the estimate covers.
 pub const IMAGENET_TRAIN_IMAGES: u64 = 1_281_167;
 /// Epochs a v4.0-recipe run takes to reach 0.759, as the tinybox results did.
 pub const EXPECTED_EPOCHS: u64 = 35;
@@ -43,11 +50,15 @@ const CLASSES: usize = 1000;
 /// What a box of a SKU reached in MLPerf Training v4.0.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Reference {
+    /// The SKU's name, as the inventory recognises it.
     pub sku: &'static str,
+    /// Its training throughput, in images per second, from its logs.
     pub images_per_s: f64,
+    /// Its time to train, in minutes.
     pub minutes: f64,
 }
 
+/// The MLPerf Training v4.0 ResNet-50 results of the tinybox SKUs.
 pub const REFERENCES: &[Reference] = &[
     Reference {
         sku: "tinybox-green",
@@ -61,6 +72,7 @@ pub const REFERENCES: &[Reference] = &[
     },
 ];
 
+/// The MLPerf reference of SKU `sku`, `None` for a box with none.
 pub fn reference_for(sku: &str) -> Option<&'static Reference> {
     REFERENCES.iter().find(|r| r.sku == sku)
 }
@@ -180,6 +192,11 @@ impl DeviceMemory {
 /// Above this share of a GPU's memory in use, a larger batch or model would not fit.
 const MEMORY_HEADROOM_SHARE: f64 = 0.9;
 
+/// Runs the stage: times `train_steps` ResNet-50 steps (after `train_warmup`) on every GPU,
+/// or on the CPU, estimates the time to train ImageNet for [`EXPECTED_EPOCHS`], and on GPUs
+/// fails when that is over the SKU's reference time by more than [`TOLERANCE`] (recorded
+/// unjudged on the CPU or for a SKU with no reference); errors when a step fails, skips
+/// when cancelled.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let choice = match gpu_devices::open(ctx.options()) {

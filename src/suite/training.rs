@@ -28,6 +28,7 @@ use crate::mlperf::system_desc::{
 };
 use crate::record::{Check, StageResult, Verdict};
 
+/// The MLLOG's file name in the run folder (or in a training's result folder).
 pub const MLLOG_FILE: &str = "mllog.txt";
 
 /// The recipe a training suite runs with `options` applied: the smoke preset for
@@ -50,14 +51,22 @@ fn draw_seed() -> Result<u64, getrandom::Error> {
 
 /// One training run of a stage.
 pub struct TrainJob {
+    /// The stage the training runs as, named in its events, result and MLLOG.
     pub stage: &'static str,
     /// A folder inside the run's for this training's files, when the run trains
     /// several times.
     pub result_folder: Option<String>,
+    /// The dataset's root folder, in ImageNet layout (`train/` and `val/`, a folder per
+    /// class).
     pub dataset: PathBuf,
+    /// The recipe: batch, optimizer, schedule, target and seed, with the run's options
+    /// applied.
     pub recipe: Recipe,
+    /// The network to train.
     pub model: ModelChoice,
+    /// The side in pixels of the training and evaluation crops.
     pub image_size: usize,
+    /// Data loader threads; every CPU when `None`.
     pub loader_threads: Option<usize>,
     /// Whether the run may be logged as closed division (ImageNet with a closed
     /// recipe); otherwise it is always open.
@@ -67,6 +76,8 @@ pub struct TrainJob {
     pub fit_schedule: Option<ScheduleFit>,
 }
 
+/// Fits a recipe's schedule to a dataset: `(recipe, classes, training images, the run's
+/// options)`, returning a finding to record when it says something.
 pub type ScheduleFit = fn(&mut Recipe, usize, usize, &Map<String, Value>) -> Option<String>;
 
 /// Runs `job` and closes the stage. Nothing here panics on bad input: a dataset that

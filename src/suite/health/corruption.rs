@@ -23,7 +23,9 @@ use super::Outcome;
 pub enum Workload {
     /// The backend's f32 GEMM (TF32 tensor cores on NVIDIA).
     GemmF32,
+    /// The backend's GEMM on fp16 operands with f32 accumulation (tensor/matrix cores).
     GemmF16,
+    /// The backend's GEMM on bf16 operands with f32 accumulation (tensor/matrix cores).
     GemmBf16,
     /// Integer multiply, shift and xor rounds.
     Integer,
@@ -34,6 +36,7 @@ pub enum Workload {
 }
 
 impl Workload {
+    /// Every workload, in the order each round runs them.
     pub const ALL: [Workload; 6] = [
         Workload::GemmF32,
         Workload::GemmF16,
@@ -43,6 +46,8 @@ impl Workload {
         Workload::Reduction,
     ];
 
+    /// Whether the workload is one of the three GEMMs, whose time makes the GPU's TFLOP/s
+    /// figure.
     pub fn is_gemm(self) -> bool {
         matches!(
             self,
@@ -50,6 +55,7 @@ impl Workload {
         )
     }
 
+    /// The workload's name in findings and check reasons (`gemm_f32`, `integer`, …).
     pub fn name(self) -> &'static str {
         match self {
             Workload::GemmF32 => "gemm_f32",
@@ -76,6 +82,7 @@ pub struct Sizes {
 /// patterns trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pattern {
+    /// Values spread evenly over [-1, 1).
     Uniform,
     /// Powers of two with alternating signs: exact products, long carry chains.
     PowersOfTwo,
@@ -84,6 +91,7 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    /// The pattern of round `round`: uniform, powers of two and sparse in turn.
     pub fn for_round(round: u64) -> Pattern {
         match round % 3 {
             0 => Pattern::Uniform,
@@ -116,12 +124,16 @@ impl Pattern {
 /// One round's inputs, the same on every GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Round {
+    /// The seed every input of the round is derived from.
     pub seed: u64,
+    /// The data pattern of the round's inputs.
     pub pattern: Pattern,
+    /// How big each workload is.
     pub sizes: Sizes,
 }
 
 impl Round {
+    /// Round `index` (0-based): its seed derived from the index, its pattern in turn.
     pub fn new(index: u64, sizes: Sizes) -> Round {
         Round {
             seed: mix64(0x7469_6e79_7065_7266 ^ index),
@@ -323,8 +335,13 @@ fn gemm_precision(workload: Workload) -> Precision {
 /// An element that is wrong, and what it should be.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Difference {
+    /// The element's index in the workload's output.
     pub index: usize,
+    /// The 32-bit word the GPU returned there (an f32's bits for the floating-point
+    /// workloads).
     pub got: u32,
+    /// What the element should be, in words: the majority's word, or the reference value
+    /// with its tolerance.
     pub expected: String,
 }
 
@@ -415,6 +432,7 @@ fn integer_mix(i: u64, seed: u32) -> u32 {
 /// What one round of one workload said about one GPU.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Judgement {
+    /// Agrees with the majority (or, without one, with the reference).
     Agrees,
     /// Disagrees with the majority (or, without one, with the reference).
     Corrupt(Difference),
@@ -495,6 +513,7 @@ pub struct GpuCorruption {
     /// Floating-point operations of the GEMM workloads that ran, and the seconds they
     /// took (uploads and downloads included): a figure to hold the GPU against its peers.
     pub gemm_flops: f64,
+    /// Seconds the GEMM workloads took, uploads and downloads included.
     pub gemm_seconds: f64,
 }
 
@@ -504,6 +523,8 @@ impl GpuCorruption {
         (self.gemm_seconds > 0.0).then(|| self.gemm_flops / self.gemm_seconds / 1e12)
     }
 
+    /// `Fail` when any round differed, else `Error` when one could not be judged, else
+    /// `Pass`.
     pub fn outcome(&self) -> Outcome {
         if !self.mismatches.is_empty() {
             Outcome::Fail
@@ -536,10 +557,14 @@ impl GpuCorruption {
     }
 }
 
+/// What the check found over every round, GPU by GPU.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CorruptionReport {
+    /// Rounds run on every GPU (at least one).
     pub rounds: u64,
+    /// Seconds from the first round's start to the last one's end.
     pub seconds: f64,
+    /// Each GPU's findings, in the order the drivers were given.
     pub per_gpu: Vec<GpuCorruption>,
 }
 

@@ -12,6 +12,7 @@ use crate::suite::gpu_devices;
 use crate::suite::options::{self, BURN_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-corruption";
 /// `health`'s default load: minutes, as SDC screening needs time at temperature.
 pub const DEFAULT_BURN_SECONDS: f64 = 120.0;
@@ -23,6 +24,10 @@ const GPU_SIZES: Sizes = Sizes {
     elements: 1 << 24,
 };
 
+/// Runs the stage: the silent-corruption check on every GPU at once for `burn_seconds`
+/// (`default_burn_seconds` when absent), a check per GPU (fail on any differing round,
+/// error when rounds could not be judged), then each GPU's GEMM TFLOP/s against its peers';
+/// skips on the CPU.
 pub fn run(ctx: &mut StageContext<'_>, default_burn_seconds: f64) -> StageResult {
     let mut report = StageReport::new(NAME);
     let burn = options::number(ctx.options(), BURN_SECONDS, default_burn_seconds);

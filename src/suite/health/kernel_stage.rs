@@ -6,8 +6,12 @@ use crate::inventory::PciAddress;
 use crate::record::{Check, StageResult, Verdict};
 use crate::suite::stage::{StageContext, StageReport};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "kernel-messages";
 
+/// Runs the stage: reads the kernel's log since boot and fails each GPU on the PCI bus with
+/// a serious message (a lost or broken GPU's Xid, a ring timeout, a reset); milder messages
+/// become findings. Skips with no GPU, errors when the log cannot be read.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let gpus: Vec<PciAddress> = crate::inventory::gpu_link_states(&ctx.root)

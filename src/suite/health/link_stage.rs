@@ -16,7 +16,9 @@ use crate::suite::gpu_devices;
 use crate::suite::options::{self, LINK_LOAD_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "link-health";
+/// Seconds of load on the links when `link_load_seconds` is not given.
 pub const DEFAULT_LOAD_SECONDS: f64 = 10.0;
 /// The bit-error rate a healthy PCIe link stays under (the PCIe specification's 10⁻¹²,
 /// which DCGM also derives its replay limit from).
@@ -42,6 +44,11 @@ fn growth(before: Option<&AerCounters>, after: Option<&AerCounters>) -> (u64, u6
     }
 }
 
+/// Runs the stage: copies both ways on every GPU at once for `link_load_seconds` and, per
+/// GPU, fails a link that did not train to its path's capability under the load, PCIe
+/// replays above the bit-error allowance, or AER counters that grew (any uncorrectable
+/// error, or correctable ones above the allowance); a load that failed is an error. Skips
+/// on the CPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     report.findings.push(NOT_IMPLEMENTED.to_string());

@@ -16,16 +16,23 @@ pub const PATTERNS: &[(i32, &str)] = &[(0, "own address"), (1, "walking ones"), 
 pub struct BadRange {
     /// Byte offset of the chunk within what the test took, and its length.
     pub offset: u64,
+    /// The chunk's length in bytes.
     pub bytes: u64,
+    /// Words (4 bytes each) of the chunk that did not read back as written, over every
+    /// pattern and its inverse.
     pub errors: u64,
     /// The first bad word's byte offset within the chunk, and the pattern it failed.
     pub first_bad_offset: u64,
+    /// The name of that pattern in [`PATTERNS`].
     pub pattern: &'static str,
 }
 
+/// What one GPU's memory test found.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemoryReport {
+    /// Bytes of device memory taken and tested.
     pub tested_bytes: u64,
+    /// The chunks that held errors, in address order; empty for healthy memory.
     pub bad: Vec<BadRange>,
     /// Bytes written and read, over the time taken, GB/s.
     pub gbps: f64,

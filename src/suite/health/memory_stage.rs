@@ -9,10 +9,15 @@ use crate::suite::stage::{StageContext, StageReport};
 
 use super::memory;
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-memory";
+/// The share of each GPU's memory tested when `memory_fraction` is not given.
 pub const DEFAULT_FRACTION: f64 = 0.8;
 const CHUNK_BYTES: usize = 256 << 20;
 
+/// Runs the stage: the pattern test over `memory_fraction` of every GPU's memory at once,
+/// failing a GPU with any bad word (error when its test could not run), then each GPU's
+/// memory bandwidth against its peers'; skips on the CPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let fraction = options::number(ctx.options(), MEMORY_FRACTION, DEFAULT_FRACTION);

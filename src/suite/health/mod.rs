@@ -22,6 +22,7 @@ pub const SUITE: &str = "health";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
+    /// Ran and found nothing wrong.
     Pass,
     /// Works, with something a person should know.
     Warn,
@@ -34,6 +35,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome as the health result spells it: `pass`, `warn`, `fail`, `skip` or
+    /// `error`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Pass => "pass",

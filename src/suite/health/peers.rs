@@ -25,15 +25,20 @@ impl Default for PeerLimits {
 /// Where one GPU's figure stands among its peers'.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PeerStanding {
+    /// This GPU's figure.
     pub value: f64,
+    /// The median of every GPU's figure.
     pub median: f64,
     /// `value / median`.
     pub ratio: f64,
-    /// Below (or above) the band around the median.
+    /// Below the band around the median.
     pub low_outlier: bool,
+    /// Above the band around the median.
     pub high_outlier: bool,
 }
 
+/// The median of the finite values (the mean of the middle two for an even count), `None`
+/// when there are none.
 pub fn median(values: &[f64]) -> Option<f64> {
     let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     if sorted.is_empty() {

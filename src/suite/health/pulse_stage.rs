@@ -15,11 +15,16 @@ use crate::suite::gpu_devices;
 use crate::suite::options::{self, PULSE_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "power-pulse";
 /// Load/idle cycles per second, swept from slow steps to the range power stages ring at.
 pub const FREQUENCIES_HZ: &[f64] = &[0.5, 2.0, 8.0, 20.0];
 const MATMUL_SIZE: usize = 4096;
 
+/// Runs the stage: pulses every GPU together for `pulse_seconds`, split evenly over
+/// [`FREQUENCIES_HZ`], and fails a GPU whose products failed or that shows a new serious
+/// kernel message or uncorrectable AER error; skips when `pulse_seconds` is absent or 0,
+/// and on the CPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let seconds = options::number(ctx.options(), PULSE_SECONDS, 0.0);

@@ -10,35 +10,48 @@ pub const SCHEMA: &str = "tinyperf-health-result/1";
 /// Written into the run's folder beside `run.json`.
 pub const FILE_NAME: &str = "health.json";
 
+/// A health run's result, GPU by GPU, as `health.json` in the run's folder holds it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HealthResult {
+    /// The shape's version, [`SCHEMA`].
     pub schema: &'static str,
+    /// The run the result comes from.
     pub run_id: String,
+    /// When the run started, RFC 3339.
     pub started_at: String,
+    /// When the run finished, RFC 3339; `None` while it is still going.
     pub finished_at: Option<String>,
     /// 0 every check passed, 1 a GPU failed one, 3 a check could not run.
     pub exit_status: i32,
+    /// One entry per GPU that a check named, sorted by PCI address.
     pub gpus: Vec<GpuHealth>,
     /// Checks about no one GPU, and stages that did not run, with why.
     pub box_checks: Vec<CheckOutcome>,
 }
 
+/// One GPU's checks and the worst of them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GpuHealth {
     /// PCI address in sysfs spelling.
     pub address: String,
     /// The worst of its checks: fail, then error, then pass.
     pub outcome: &'static str,
+    /// Each check that named this GPU, in the order the stages ran.
     pub checks: Vec<CheckOutcome>,
 }
 
+/// One check's outcome, as the stage recorded it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CheckOutcome {
+    /// The stage that made the check (`gpu-corruption`, `link-health`, …).
     pub stage: String,
+    /// What the check judges, in words; a stage's name when the stage recorded no checks.
     pub check: String,
     /// pass, fail, skip or error.
     pub outcome: &'static str,
+    /// What passing takes, in words (empty for a stage with no checks).
     pub expected: String,
+    /// What the check found, in words (a stage's message when it recorded no checks).
     pub found: String,
 }
 
@@ -61,6 +74,8 @@ pub fn exit_status(record: &RunRecord) -> i32 {
     }
 }
 
+/// The health result of `record`: each check that names a GPU (other than the inventory's)
+/// under that GPU, the rest and the stages with no checks as box checks.
 pub fn from_record(record: &RunRecord) -> HealthResult {
     let mut gpus: Vec<GpuHealth> = Vec::new();
     let mut box_checks = Vec::new();

@@ -15,7 +15,9 @@ use crate::suite::gpu_devices;
 use crate::suite::options::{self, THROTTLE_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
+/// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "throttling";
+/// Seconds of load when `throttle_seconds` is not given.
 pub const DEFAULT_SECONDS: f64 = 20.0;
 const MATMUL_SIZE: usize = 8192;
 const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -63,6 +65,10 @@ fn is_trouble(reason: ThrottleReason) -> bool {
     reason.is_thermal_or_power() && reason != ThrottleReason::SwPowerCap
 }
 
+/// Runs the stage: loads every GPU with fp16 GEMMs for `throttle_seconds` while sampling
+/// its telemetry, and per GPU fails throttling beyond the power limit (heat, a hardware
+/// slowdown, a power brake) and a sensor at or above its limit; skips what the GPU's
+/// telemetry cannot tell, errors when the load fails, skips on the CPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let seconds = options::number(ctx.options(), THROTTLE_SECONDS, DEFAULT_SECONDS);
