@@ -26,6 +26,7 @@ macro_rules! missing_symbols {
     }};
 }
 
+pub mod allocator;
 pub mod cache;
 pub mod code_object;
 mod conv_gemm;
@@ -38,7 +39,6 @@ pub mod hip;
 pub mod launch;
 mod multi_tensor;
 pub mod options;
-pub mod pool;
 pub mod source;
 #[cfg(test)]
 mod stand_in;
@@ -50,12 +50,12 @@ use super::{
     Conv2dParams, CrossEntropyParams, GlobalPoolParams, LinearParams, MomentumStep, PoolParams,
 };
 use crate::engine::{EngineError, Precision, Result};
+use allocator::{AllocatorMemory, DeviceAllocator};
 use driver::{
     DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, GemmTypes, GpuDriver, KernelArg, LaunchShape,
     Transpose,
 };
 use options::{ConvPath, GpuOptions};
-use pool::{DevicePool, PoolMemory};
 use source::{format_suffix, storage_kernel};
 
 /// Column-buffer budget of one im2col chunk, in elements (512 MiB of f32).
@@ -72,9 +72,9 @@ pub const DEFAULT_CACHE_LIMIT_BYTES: usize = 64 << 30;
 pub struct GpuBuffer {
     ptr: DevicePtr,
     len: usize,
-    /// Bytes of the pool block behind `ptr`; 0 while no op has written the buffer.
+    /// Bytes of the allocator block behind `ptr`; 0 while no op has written the buffer.
     class: usize,
-    pool: Arc<DevicePool>,
+    allocator: Arc<DeviceAllocator>,
     storage: Precision,
 }
 
@@ -137,14 +137,14 @@ impl std::ops::Deref for Operand<'_> {
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
         if self.is_backed() {
-            self.pool.give_back(self.ptr, self.class);
+            self.allocator.give_back(self.ptr, self.class);
         }
     }
 }
 
 #[derive(Debug, Clone)]
 pub struct GpuBackend {
-    pool: Arc<DevicePool>,
+    allocator: Arc<DeviceAllocator>,
     name: String,
     profile: Option<Arc<Profile>>,
     /// How non-pointwise convolutions run.
@@ -211,7 +211,7 @@ impl GpuBackend {
             tracing::info!(?options, ?conv, "GPU backend speed switches");
         }
         GpuBackend {
-            pool: DevicePool::new(driver, DEFAULT_CACHE_LIMIT_BYTES),
+            allocator: DeviceAllocator::new(driver, DEFAULT_CACHE_LIMIT_BYTES),
             name,
             profile: None,
             conv,
@@ -262,10 +262,10 @@ impl GpuBackend {
             // The old block goes back first, so it may serve this very request: work runs
             // on one in-order stream, and nothing reads the old contents any more.
             if buf.is_backed() {
-                self.pool.give_back(buf.ptr, buf.class);
+                self.allocator.give_back(buf.ptr, buf.class);
                 buf.class = 0;
             }
-            let (ptr, class) = self.pool.take(bytes).map_err(|e| self.device(e))?;
+            let (ptr, class) = self.allocator.take(bytes).map_err(|e| self.device(e))?;
             buf.ptr = ptr;
             buf.class = class;
         }
@@ -390,19 +390,21 @@ impl GpuBackend {
     }
 
     pub fn driver(&self) -> &Arc<dyn GpuDriver> {
-        self.pool.driver()
+        self.allocator.driver()
     }
 
-    /// The device memory this backend's pool holds (shared by every view of the device).
-    pub fn memory(&self) -> PoolMemory {
-        self.pool.memory()
+    /// The device memory this backend's allocator holds (shared by every view of the device).
+    pub fn memory(&self) -> AllocatorMemory {
+        self.allocator.memory()
     }
 
     /// Hands cached blocks back to the runtime and starts the peaks over, so that what
     /// runs next is measured on its own.
     pub fn reset_memory(&self) -> Result<()> {
-        self.pool.release_cached().map_err(|e| self.device(e))?;
-        self.pool.reset_peaks();
+        self.allocator
+            .release_cached()
+            .map_err(|e| self.device(e))?;
+        self.allocator.reset_peaks();
         Ok(())
     }
 
@@ -465,7 +467,7 @@ impl GpuBackend {
         buf: &GpuBuffer,
         len: usize,
     ) -> Result<()> {
-        if !Arc::ptr_eq(&buf.pool, &self.pool) {
+        if !Arc::ptr_eq(&buf.allocator, &self.allocator) {
             return Err(EngineError::InvalidParameter {
                 op,
                 reason: format!("buffer {what} belongs to another device"),
@@ -536,16 +538,18 @@ impl GpuBackend {
     fn dnn_conv(&self, name: &str, conv: DnnConv) -> Result<()> {
         self.timed(name, || {
             let ran = match self.driver().dnn_conv(&conv) {
-                // The DNN library takes its workspace from the runtime, not from the pool:
-                // blocks the pool caches may be what stands in its way.
+                // The DNN library takes its workspace from the runtime, not from the allocator:
+                // blocks the allocator caches may be what stands in its way.
                 Err(DriverError::OutOfMemory { .. }) => {
-                    self.pool.release_cached().map_err(|e| self.device(e))?;
+                    self.allocator
+                        .release_cached()
+                        .map_err(|e| self.device(e))?;
                     self.driver()
                         .dnn_conv(&conv)
                         .map_err(|e| EngineError::Device {
                             backend: self.name.clone(),
                             reason: format!(
-                                "{name}: the DNN library's workspace, with the pool's cache \
+                                "{name}: the DNN library's workspace, with the allocator's cache \
                                  released: {e}"
                             ),
                         })?
@@ -754,7 +758,7 @@ impl Backend for GpuBackend {
             ptr: DevicePtr(0),
             len,
             class: 0,
-            pool: self.pool.clone(),
+            allocator: self.allocator.clone(),
             storage: self.precision,
         })
     }

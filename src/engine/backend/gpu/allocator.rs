@@ -27,13 +27,13 @@ pub fn size_class(bytes: usize) -> usize {
 struct FreeLists {
     blocks: BTreeMap<usize, Vec<DevicePtr>>,
     cached_bytes: usize,
-    memory: PoolMemory,
+    memory: AllocatorMemory,
 }
 
-/// How much device memory a pool holds, now and at its highest since the last
-/// [`DevicePool::reset_peaks`].
+/// How much device memory an allocator holds, now and at its highest since the last
+/// [`DeviceAllocator::reset_peaks`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct PoolMemory {
+pub struct AllocatorMemory {
     /// Bytes in blocks handed out and not yet given back.
     pub in_use_bytes: usize,
     pub peak_in_use_bytes: usize,
@@ -42,7 +42,7 @@ pub struct PoolMemory {
     pub peak_reserved_bytes: usize,
 }
 
-impl PoolMemory {
+impl AllocatorMemory {
     fn hand_out(&mut self, class: usize, fresh: bool) {
         self.in_use_bytes += class;
         self.peak_in_use_bytes = self.peak_in_use_bytes.max(self.in_use_bytes);
@@ -54,15 +54,15 @@ impl PoolMemory {
 }
 
 #[derive(Debug)]
-pub struct DevicePool {
+pub struct DeviceAllocator {
     driver: Arc<dyn GpuDriver>,
     free: Mutex<FreeLists>,
     cache_limit: usize,
 }
 
-impl DevicePool {
+impl DeviceAllocator {
     pub fn new(driver: Arc<dyn GpuDriver>, cache_limit: usize) -> Arc<Self> {
-        Arc::new(DevicePool {
+        Arc::new(DeviceAllocator {
             driver,
             free: Mutex::new(FreeLists::default()),
             cache_limit,
@@ -171,7 +171,7 @@ impl DevicePool {
         self.lock().cached_bytes
     }
 
-    pub fn memory(&self) -> PoolMemory {
+    pub fn memory(&self) -> AllocatorMemory {
         self.lock().memory
     }
 
@@ -183,7 +183,7 @@ impl DevicePool {
     }
 }
 
-impl Drop for DevicePool {
+impl Drop for DeviceAllocator {
     fn drop(&mut self) {
         let _ = self.release_cached();
     }
@@ -211,13 +211,13 @@ mod tests {
     #[test]
     fn freed_blocks_are_reused_on_a_stand_in_device() {
         let device = StandInDevice::new(1 << 30);
-        let pool = DevicePool::new(device.clone(), 1 << 30);
-        let (a, class) = pool.take(1000).unwrap();
-        pool.give_back(a, class);
-        let (b, _) = pool.take(900).unwrap();
+        let allocator = DeviceAllocator::new(device.clone(), 1 << 30);
+        let (a, class) = allocator.take(1000).unwrap();
+        allocator.give_back(a, class);
+        let (b, _) = allocator.take(900).unwrap();
         assert_eq!(a, b, "same class, same block");
         assert_eq!(device.allocs(), 1);
-        let (c, _) = pool.take(5000).unwrap();
+        let (c, _) = allocator.take(5000).unwrap();
         assert_ne!(b, c);
         assert_eq!(device.allocs(), 2);
     }
@@ -225,60 +225,64 @@ mod tests {
     #[test]
     fn blocks_past_the_cache_limit_go_back_to_a_stand_in_device() {
         let device = StandInDevice::new(1 << 30);
-        let pool = DevicePool::new(device.clone(), 1024);
-        let (a, ca) = pool.take(1024).unwrap();
-        let (b, cb) = pool.take(1024).unwrap();
-        pool.give_back(a, ca);
-        pool.give_back(b, cb);
-        assert_eq!(pool.cached_bytes(), 1024);
+        let allocator = DeviceAllocator::new(device.clone(), 1024);
+        let (a, ca) = allocator.take(1024).unwrap();
+        let (b, cb) = allocator.take(1024).unwrap();
+        allocator.give_back(a, ca);
+        allocator.give_back(b, cb);
+        assert_eq!(allocator.cached_bytes(), 1024);
         assert_eq!(device.frees(), 1);
-        drop(pool);
-        assert_eq!(device.frees(), 2, "dropping the pool frees the cache");
+        drop(allocator);
+        assert_eq!(device.frees(), 2, "dropping the allocator frees the cache");
     }
 
     #[test]
     fn out_of_memory_empties_the_cache_and_retries_on_a_stand_in_device() {
         let device = StandInDevice::new(4 << 20);
-        let pool = DevicePool::new(device.clone(), 1 << 30);
-        let (a, ca) = pool.take(2 << 20).unwrap();
-        pool.give_back(a, ca);
+        let allocator = DeviceAllocator::new(device.clone(), 1 << 30);
+        let (a, ca) = allocator.take(2 << 20).unwrap();
+        allocator.give_back(a, ca);
         // Only the cached 2 MiB block stands between this request and the device's 4 MiB.
-        let (b, cb) = pool.take(4 << 20).unwrap();
+        let (b, cb) = allocator.take(4 << 20).unwrap();
         assert_eq!(device.frees(), 1, "the cache was released before the retry");
-        assert_eq!(pool.cached_bytes(), 0);
-        let err = pool.take(2 << 20).unwrap_err();
+        assert_eq!(allocator.cached_bytes(), 0);
+        let err = allocator.take(2 << 20).unwrap_err();
         assert!(matches!(err, DriverError::OutOfMemory { .. }), "{err}");
-        pool.give_back(b, cb);
+        allocator.give_back(b, cb);
     }
 
     #[test]
     fn out_of_memory_hands_back_only_as_much_cache_as_the_request_needs_on_a_stand_in_device() {
         let device = StandInDevice::new(12 << 20);
-        let pool = DevicePool::new(device.clone(), 1 << 30);
-        let (small, cs) = pool.take(2 << 20).unwrap();
-        let (large, cl) = pool.take(8 << 20).unwrap();
-        pool.give_back(small, cs);
-        pool.give_back(large, cl);
+        let allocator = DeviceAllocator::new(device.clone(), 1 << 30);
+        let (small, cs) = allocator.take(2 << 20).unwrap();
+        let (large, cl) = allocator.take(8 << 20).unwrap();
+        allocator.give_back(small, cs);
+        allocator.give_back(large, cl);
         // 4 MiB more does not fit beside the 10 MiB cached; freeing the 8 MiB block is enough.
-        let (block, class) = pool.take(4 << 20).unwrap();
+        let (block, class) = allocator.take(4 << 20).unwrap();
         assert_eq!(device.frees(), 1);
-        assert_eq!(pool.cached_bytes(), 2 << 20, "the 2 MiB block stays cached");
-        assert_eq!(pool.memory().reserved_bytes, 6 << 20);
+        assert_eq!(
+            allocator.cached_bytes(),
+            2 << 20,
+            "the 2 MiB block stays cached"
+        );
+        assert_eq!(allocator.memory().reserved_bytes, 6 << 20);
         assert_eq!(device.live_bytes(), 6 << 20);
-        let (again, _) = pool.take(2 << 20).unwrap();
+        let (again, _) = allocator.take(2 << 20).unwrap();
         assert_eq!(again, small, "and is handed out again without the runtime");
-        pool.give_back(block, class);
+        allocator.give_back(block, class);
     }
 
     #[test]
-    fn the_pool_counts_what_is_in_use_and_what_it_holds_on_a_stand_in_device() {
+    fn the_allocator_counts_what_is_in_use_and_what_it_holds_on_a_stand_in_device() {
         let device = StandInDevice::new(1 << 30);
-        let pool = DevicePool::new(device.clone(), 1 << 30);
-        let (a, ca) = pool.take(3 << 20).unwrap();
-        let (b, cb) = pool.take(1000).unwrap();
+        let allocator = DeviceAllocator::new(device.clone(), 1 << 30);
+        let (a, ca) = allocator.take(3 << 20).unwrap();
+        let (b, cb) = allocator.take(1000).unwrap();
         assert_eq!((ca, cb), (4 << 20, 1024));
-        pool.give_back(a, ca);
-        let memory = pool.memory();
+        allocator.give_back(a, ca);
+        let memory = allocator.memory();
         assert_eq!(memory.in_use_bytes, 1024);
         assert_eq!(memory.peak_in_use_bytes, (4 << 20) + 1024);
         assert_eq!(
@@ -287,16 +291,16 @@ mod tests {
             "the freed block is cached"
         );
         assert_eq!(device.live_bytes(), memory.reserved_bytes);
-        let (c, cc) = pool.take(4 << 20).unwrap();
+        let (c, cc) = allocator.take(4 << 20).unwrap();
         assert_eq!(c, a, "the cached block is handed out again");
-        assert_eq!(pool.memory().reserved_bytes, (4 << 20) + 1024);
-        pool.give_back(c, cc);
-        pool.reset_peaks();
-        assert_eq!(pool.memory().peak_in_use_bytes, 1024);
-        pool.release_cached().unwrap();
-        assert_eq!(pool.memory().reserved_bytes, 1024);
+        assert_eq!(allocator.memory().reserved_bytes, (4 << 20) + 1024);
+        allocator.give_back(c, cc);
+        allocator.reset_peaks();
+        assert_eq!(allocator.memory().peak_in_use_bytes, 1024);
+        allocator.release_cached().unwrap();
+        assert_eq!(allocator.memory().reserved_bytes, 1024);
         assert_eq!(device.live_bytes(), 1024);
-        pool.give_back(b, cb);
-        assert_eq!(pool.memory().in_use_bytes, 0);
+        allocator.give_back(b, cb);
+        assert_eq!(allocator.memory().in_use_bytes, 0);
     }
 }
