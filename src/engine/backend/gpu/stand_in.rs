@@ -15,7 +15,7 @@ use super::driver::{
     DeviceInfo, DevicePtr, DnnConv, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape,
     MatmulPrecision, Transpose,
 };
-use super::element_bytes;
+use super::buffer::element_bytes;
 
 #[derive(Debug, Default)]
 struct Ledger {
