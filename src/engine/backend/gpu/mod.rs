@@ -49,6 +49,7 @@ mod optimizer;
 pub mod options;
 mod pool;
 mod profile;
+pub mod runtime_driver;
 pub mod source;
 #[cfg(test)]
 mod stand_in;
