@@ -36,9 +36,11 @@ struct FreeLists {
 pub struct AllocatorMemory {
     /// Bytes in blocks handed out and not yet given back.
     pub in_use_bytes: usize,
+    /// The most [`Self::in_use_bytes`] has been since the peaks were last reset.
     pub peak_in_use_bytes: usize,
     /// Bytes taken from the runtime: in use plus cached.
     pub reserved_bytes: usize,
+    /// The most [`Self::reserved_bytes`] has been since the peaks were last reset.
     pub peak_reserved_bytes: usize,
 }
 
@@ -53,6 +55,8 @@ impl AllocatorMemory {
     }
 }
 
+/// The caching allocator of one device, shared by every backend view of it: freed blocks
+/// are kept by size class for the next request of that class, up to a cache limit in bytes.
 #[derive(Debug)]
 pub struct DeviceAllocator {
     driver: Arc<dyn GpuDriver>,
@@ -61,6 +65,7 @@ pub struct DeviceAllocator {
 }
 
 impl DeviceAllocator {
+    /// An allocator over `driver` that keeps at most `cache_limit` bytes of freed blocks.
     pub fn new(driver: Arc<dyn GpuDriver>, cache_limit: usize) -> Arc<Self> {
         Arc::new(DeviceAllocator {
             driver,
@@ -69,6 +74,7 @@ impl DeviceAllocator {
         })
     }
 
+    /// The driver the blocks come from and go back to.
     pub fn driver(&self) -> &Arc<dyn GpuDriver> {
         &self.driver
     }
@@ -167,10 +173,12 @@ impl DeviceAllocator {
         self.release_cached_bytes(usize::MAX)
     }
 
+    /// Bytes in freed blocks kept for reuse instead of handed back to the runtime.
     pub fn cached_bytes(&self) -> usize {
         self.lock().cached_bytes
     }
 
+    /// What the allocator holds now and at its peaks.
     pub fn memory(&self) -> AllocatorMemory {
         self.lock().memory
     }

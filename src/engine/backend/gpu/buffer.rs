@@ -32,10 +32,12 @@ impl GpuBuffer {
         (self.is_backed() && self.storage == Precision::Fp32).then_some(self.ptr)
     }
 
+    /// Elements in the buffer, whatever format they are stored in.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer has no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

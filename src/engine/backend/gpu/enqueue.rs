@@ -1,9 +1,9 @@
 //! How an op puts work on the device's stream: kernels by name with their launch shapes,
 //! GEMMs, tables the kernels read, and the driver's errors as the engine's.
 
+use super::buffer::GpuBuffer;
 use super::driver::{DriverError, Gemm, KernelArg, LaunchShape, Transpose};
 use super::source::storage_kernel;
-use super::buffer::GpuBuffer;
 use super::{launch, multi_tensor, GpuBackend};
 use crate::engine::{EngineError, Precision, Result};
 

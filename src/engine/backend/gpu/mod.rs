@@ -75,6 +75,8 @@ pub const IM2COL_BUDGET_ELEMS: usize = 1 << 27;
 /// Device memory kept for reuse between steps.
 pub const DEFAULT_CACHE_LIMIT_BYTES: usize = 64 << 30;
 
+/// The engine's ops on one GPU. Clones and the views made by [`Self::with_precision`] and
+/// [`Self::profiled`] share the device and its allocator.
 #[derive(Debug, Clone)]
 pub struct GpuBackend {
     allocator: Arc<DeviceAllocator>,
@@ -97,6 +99,7 @@ impl GpuBackend {
         Self::with_options(driver, GpuOptions::from_env())
     }
 
+    /// A backend on `driver` with the speed switches `options` sets.
     pub fn with_options(driver: Arc<dyn GpuDriver>, options: GpuOptions) -> Self {
         let name = format!("{}:{}", driver.runtime(), driver.info().ordinal);
         let conv = options.conv.resolve(driver.dnn_library().is_some());
@@ -131,6 +134,7 @@ impl GpuBackend {
         }
     }
 
+    /// The format activations and their gradients are stored in.
     pub fn precision(&self) -> Precision {
         self.precision
     }
@@ -147,6 +151,7 @@ impl GpuBackend {
         }
     }
 
+    /// The vendor driver the backend's work goes through.
     pub fn driver(&self) -> &Arc<dyn GpuDriver> {
         self.allocator.driver()
     }

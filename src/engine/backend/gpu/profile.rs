@@ -35,6 +35,7 @@ impl Profile {
         rows
     }
 
+    /// Forgets every timing so far, so the next report covers only what runs after.
     pub fn clear(&self) {
         self.entries
             .lock()
