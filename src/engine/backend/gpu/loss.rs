@@ -27,16 +27,7 @@ pub(super) fn forward(
     gpu.require_f32(OP, "labels", labels)?;
     gpu.output(loss, Precision::Fp32)?;
     gpu.output(correct, Precision::Fp32)?;
-    let count = gpu.scratch(1, Precision::Fp32)?;
-    gpu.launch(
-        "ce_count_valid",
-        launch::single_block(),
-        &[
-            KernelArg::Ptr(labels.ptr),
-            i32_arg(p.batch),
-            KernelArg::Ptr(count.ptr),
-        ],
-    )?;
+    let count = valid_labels(gpu, p, labels)?;
     let sample_loss = gpu.scratch(p.batch, Precision::Fp32)?;
     gpu.launch(
         "ce_forward",
@@ -78,16 +69,7 @@ pub(super) fn backward(
     let logits = gpu.in_format(logits, Precision::Fp32)?;
     gpu.require_f32(OP, "labels", labels)?;
     gpu.output(dlogits, Precision::Fp32)?;
-    let count = gpu.scratch(1, Precision::Fp32)?;
-    gpu.launch(
-        "ce_count_valid",
-        launch::single_block(),
-        &[
-            KernelArg::Ptr(labels.ptr),
-            i32_arg(p.batch),
-            KernelArg::Ptr(count.ptr),
-        ],
-    )?;
+    let count = valid_labels(gpu, p, labels)?;
     gpu.launch(
         "ce_backward",
         launch::block_per_row(p.batch),
@@ -100,4 +82,20 @@ pub(super) fn backward(
             KernelArg::Ptr(dlogits.ptr),
         ],
     )
+}
+
+/// The number of labels in range (the rest are padding), counted on the device into a
+/// one-element f32 buffer that the mean divides by.
+fn valid_labels(gpu: &GpuBackend, p: &CrossEntropyParams, labels: &GpuBuffer) -> Result<GpuBuffer> {
+    let count = gpu.scratch(1, Precision::Fp32)?;
+    gpu.launch(
+        "ce_count_valid",
+        launch::single_block(),
+        &[
+            KernelArg::Ptr(labels.ptr),
+            i32_arg(p.batch),
+            KernelArg::Ptr(count.ptr),
+        ],
+    )?;
+    Ok(count)
 }

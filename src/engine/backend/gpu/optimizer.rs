@@ -2,7 +2,7 @@
 //! norms, and the non-finite check, one launch per tensor or one for all of them.
 
 use super::buffer::GpuBuffer;
-use super::driver::KernelArg;
+use super::driver::{DevicePtr, KernelArg};
 use super::enqueue::{dims_fit_i32, i32_arg, i64_arg};
 use super::{launch, multi_tensor, GpuBackend};
 use crate::engine::backend::{Backend, MomentumStep};
@@ -47,20 +47,8 @@ pub(super) fn sum_squares(
 ) -> Result<()> {
     gpu.check("sum_squares", "x", x, x.len)?;
     gpu.check_output("sum_squares", "out", out, out.len)?;
-    if index >= out.len {
-        return Err(EngineError::BufferLength {
-            op: "sum_squares",
-            what: "out (index past its end)",
-            expected: index + 1,
-            got: out.len,
-        });
-    }
-    if out.is_backed() {
-        // Earlier calls wrote other entries: the block is kept, so must be f32 already.
-        gpu.require_f32("sum_squares", "out", out)?;
-    } else {
-        gpu.output(out, Precision::Fp32)?;
-    }
+    index_within("sum_squares", out, index)?;
+    sums_output(gpu, "sum_squares", out)?;
     let x = gpu.in_format(x, Precision::Fp32)?;
     let shape = launch::reduction(x.len);
     let partials = gpu.scratch(shape.grid.0 as usize, Precision::Fp32)?;
@@ -107,13 +95,7 @@ pub(super) fn momentum_update_many(
         gpu.check(OP, "b", u.b, n)?;
         gpu.require_f32(OP, "w", u.w)?;
         gpu.require_f32(OP, "b", u.b)?;
-        let g = match u.g.storage {
-            Precision::Fp32 => u.g.ptr,
-            _ => {
-                widened.push(gpu.convert(u.g, Precision::Fp32)?);
-                widened[widened.len() - 1].ptr
-            }
-        };
+        let g = f32_address(gpu, u.g, &mut widened)?;
         if n > 0 {
             entries.push(multi_tensor::MomentumEntry::new(
                 u.w.ptr, g, u.b.ptr, n, u.step, u.decay,
@@ -145,32 +127,15 @@ pub(super) fn sum_squares_many(
         return Ok(());
     }
     gpu.check_output(OP, "out", out, out.len)?;
-    if out.is_backed() {
-        gpu.require_f32(OP, "out", out)?;
-    } else {
-        gpu.output(out, Precision::Fp32)?;
-    }
+    sums_output(gpu, OP, out)?;
     let mut entries = Vec::with_capacity(xs.len());
     let mut indices = Vec::with_capacity(xs.len());
     let mut widened = Vec::new();
     for &(x, index) in xs {
         gpu.check(OP, "x", x, x.len)?;
-        if index >= out.len {
-            return Err(EngineError::BufferLength {
-                op: OP,
-                what: "out (index past its end)",
-                expected: index + 1,
-                got: out.len,
-            });
-        }
+        index_within(OP, out, index)?;
         dims_fit_i32(OP, &[index])?;
-        let ptr = match x.storage {
-            Precision::Fp32 => x.ptr,
-            _ => {
-                widened.push(gpu.convert(x, Precision::Fp32)?);
-                widened[widened.len() - 1].ptr
-            }
-        };
+        let ptr = f32_address(gpu, x, &mut widened)?;
         entries.push(multi_tensor::SquaresEntry {
             x: ptr.0,
             n: x.len as i64,
@@ -219,4 +184,43 @@ pub(super) fn has_non_finite(gpu: &GpuBackend, x: &GpuBuffer) -> Result<bool> {
     let mut host = [0.0f32];
     gpu.download(&flag, &mut host)?;
     Ok(host[0] != 0.0)
+}
+
+/// `index` must name an entry of `out`, the buffer the sums of squares go into.
+fn index_within(op: &'static str, out: &GpuBuffer, index: usize) -> Result<()> {
+    if index < out.len {
+        return Ok(());
+    }
+    Err(EngineError::BufferLength {
+        op,
+        what: "out (index past its end)",
+        expected: index + 1,
+        got: out.len,
+    })
+}
+
+/// Readies the f32 buffer of sums of squares. Earlier calls may have written other
+/// entries: a backed block is kept, so it must hold f32 already.
+fn sums_output(gpu: &GpuBackend, op: &'static str, out: &mut GpuBuffer) -> Result<()> {
+    if out.is_backed() {
+        gpu.require_f32(op, "out", out)
+    } else {
+        gpu.output(out, Precision::Fp32)
+    }
+}
+
+/// The address of `buf`'s values as f32: its own, or that of a widened copy kept in
+/// `widened` until the launch that reads it has been enqueued.
+fn f32_address(
+    gpu: &GpuBackend,
+    buf: &GpuBuffer,
+    widened: &mut Vec<GpuBuffer>,
+) -> Result<DevicePtr> {
+    if buf.storage == Precision::Fp32 {
+        return Ok(buf.ptr);
+    }
+    let wide = gpu.convert(buf, Precision::Fp32)?;
+    let ptr = wide.ptr;
+    widened.push(wide);
+    Ok(ptr)
 }

@@ -26,18 +26,10 @@ pub(super) fn max_forward(
         &storage_kernel("max_pool_forward", gpu.precision),
         p.output_len(),
         &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(y.ptr),
-            i32_arg(p.batch),
-            i32_arg(p.in_h),
-            i32_arg(p.in_w),
-            i32_arg(p.channels),
-            i32_arg(p.kernel),
-            i32_arg(p.stride),
-            i32_arg(p.padding),
-            i32_arg(p.out_h()),
-            i32_arg(p.out_w()),
-        ],
+            &[KernelArg::Ptr(x.ptr), KernelArg::Ptr(y.ptr)][..],
+            &window_args(p),
+        ]
+        .concat(),
     )
 }
 
@@ -58,17 +50,7 @@ pub(super) fn max_backward(
     let x = gpu.in_format(x, s)?;
     let dy = gpu.in_format(dy, s)?;
     gpu.output(dx, s)?;
-    let shape_args = [
-        i32_arg(p.batch),
-        i32_arg(p.in_h),
-        i32_arg(p.in_w),
-        i32_arg(p.channels),
-        i32_arg(p.kernel),
-        i32_arg(p.stride),
-        i32_arg(p.padding),
-        i32_arg(p.out_h()),
-        i32_arg(p.out_w()),
-    ];
+    let shape_args = window_args(p);
     // One i32 per window, held in an f32-sized buffer.
     let argmax = gpu.scratch(p.output_len(), Precision::Fp32)?;
     let mut args = vec![KernelArg::Ptr(x.ptr), KernelArg::Ptr(argmax.ptr)];
@@ -139,4 +121,21 @@ pub(super) fn global_avg_backward(
             i32_arg(p.channels),
         ],
     )
+}
+
+/// The max-pool kernels' shape arguments after their pointers: the input's NHWC
+/// dimensions, the window and the output's height and width.
+fn window_args(p: &PoolParams) -> [KernelArg; 9] {
+    [
+        p.batch,
+        p.in_h,
+        p.in_w,
+        p.channels,
+        p.kernel,
+        p.stride,
+        p.padding,
+        p.out_h(),
+        p.out_w(),
+    ]
+    .map(i32_arg)
 }
