@@ -1,13 +1,14 @@
 //! CUDA through the driver API (cudarc, loaded at run time).
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_int, c_void};
 
 use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute, CUresult};
 
-use super::{guard, join_findings, normalise_pci_address, string_from_c_buffer};
-use super::{RuntimeDevice, RuntimeStatus, NO_DEVICE};
+use super::gpu_probe::{self, read_c_string, DeviceQuery};
+use super::{guard, normalise_pci_address, RuntimeDevice, RuntimeStatus, NO_DEVICE};
 
+/// The finding when the CUDA driver library is not on this machine.
 pub(super) const LIBRARY_NOT_FOUND: &str = "CUDA driver library not found";
 
 /// Every driver entry point the probe calls. cudarc resolves a symbol on first call and
@@ -24,6 +25,7 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuDeviceGetPCIBusId",
 ];
 
+/// What the CUDA driver library says about itself and its devices; never panics.
 pub(super) fn probe() -> RuntimeStatus {
     // SAFETY: only tries to open the library by each candidate name and closes it again.
     let present = guard::catch(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
@@ -51,39 +53,24 @@ fn query() -> RuntimeStatus {
         ));
     }
 
-    if let Err(error) = result::init() {
-        return RuntimeStatus::loaded_with_finding(describe("cuInit", error));
-    }
-    let driver_version = driver_version();
-    let count = match result::device::get_count() {
-        Ok(count) => count,
-        Err(error) => {
-            return RuntimeStatus {
-                driver_version,
-                ..RuntimeStatus::loaded_with_finding(describe("cuDeviceGetCount", error))
-            }
-        }
-    };
-    if count <= 0 {
-        return RuntimeStatus {
-            driver_version,
-            ..RuntimeStatus::loaded_with_finding(NO_DEVICE)
-        };
+    gpu_probe::query(&DriverApi)
+}
+
+/// The driver API, as cudarc opens it.
+struct DriverApi;
+
+impl DeviceQuery for DriverApi {
+    fn start(&self) -> Result<Option<String>, RuntimeStatus> {
+        result::init().map_err(|e| RuntimeStatus::loaded_with_finding(describe("cuInit", e)))?;
+        Ok(driver_version())
     }
 
-    let mut devices = Vec::new();
-    let mut findings = Vec::new();
-    for ordinal in 0..count {
-        match device(ordinal) {
-            Ok(device) => devices.push(device),
-            Err(error) => findings.push(format!("device {ordinal}: {error}")),
-        }
+    fn device_count(&self) -> Result<c_int, String> {
+        result::device::get_count().map_err(|e| describe("cuDeviceGetCount", e))
     }
-    RuntimeStatus {
-        loaded: true,
-        driver_version,
-        devices,
-        finding: join_findings(findings),
+
+    fn device(&self, ordinal: c_int) -> Result<RuntimeDevice, String> {
+        device(ordinal)
     }
 }
 
@@ -113,23 +100,22 @@ fn device(ordinal: c_int) -> Result<RuntimeDevice, String> {
 }
 
 fn device_name(handle: CUdevice) -> Result<String, String> {
-    let mut buffer = [0 as c_char; 256];
     // SAFETY: the driver writes at most `len` bytes into the buffer.
-    let answer =
-        unsafe { sys::cuDeviceGetName(buffer.as_mut_ptr(), buffer.len() as c_int, handle) };
+    let (answer, name) =
+        read_c_string::<256, _>(|buffer, len| unsafe { sys::cuDeviceGetName(buffer, len, handle) });
     answer
         .result()
         .map_err(|e| describe("cuDeviceGetName", e))?;
-    Ok(string_from_c_buffer(&buffer))
+    Ok(name)
 }
 
 fn pci_address(handle: CUdevice) -> Option<String> {
-    let mut buffer = [0 as c_char; 64];
     // SAFETY: the driver writes at most `len` bytes into the buffer.
-    let answer =
-        unsafe { sys::cuDeviceGetPCIBusId(buffer.as_mut_ptr(), buffer.len() as c_int, handle) };
+    let (answer, address) = read_c_string::<64, _>(|buffer, len| unsafe {
+        sys::cuDeviceGetPCIBusId(buffer, len, handle)
+    });
     (answer == CUresult::CUDA_SUCCESS)
-        .then(|| normalise_pci_address(&string_from_c_buffer(&buffer)))
+        .then(|| normalise_pci_address(&address))
         .flatten()
 }
 

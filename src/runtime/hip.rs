@@ -1,33 +1,38 @@
 //! HIP through the runtime API of whichever ROCm is installed (see [`super::rocm`]).
 
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 
+use super::gpu_probe::{self, read_c_string, DeviceQuery};
 use super::rocm::{self, api::HIP_ERROR_NO_DEVICE, api::HIP_SUCCESS, Hip};
-use super::{guard, join_findings, normalise_pci_address, string_from_c_buffer};
-use super::{RuntimeDevice, RuntimeStatus, NO_DEVICE};
+use super::{guard, normalise_pci_address, RuntimeDevice, RuntimeStatus, NO_DEVICE};
 
+/// The finding when the HIP runtime library is not on this machine.
 pub(super) const LIBRARY_NOT_FOUND: &str = "HIP runtime library not found";
 
+/// What the HIP runtime library says about itself and its devices; never panics.
 pub(super) fn probe() -> RuntimeStatus {
     let hip = match rocm::hip() {
         Ok(hip) => hip,
         Err(error) if error.is_not_found() => return RuntimeStatus::absent(LIBRARY_NOT_FOUND),
         Err(error) => return RuntimeStatus::loaded_with_finding(error.to_string()),
     };
-    guard::catch(|| query(hip)).unwrap_or_else(|panic| {
+    guard::catch(|| gpu_probe::query(hip)).unwrap_or_else(|panic| {
         RuntimeStatus::loaded_with_finding(format!("the HIP runtime library failed: {panic}"))
     })
 }
 
-fn query(hip: &Hip) -> RuntimeStatus {
-    let api = &hip.api;
-    // SAFETY: every entry point was resolved when the library was opened.
-    let init = unsafe { (api.hipInit)(0) };
-    let mut version = 0;
-    // SAFETY: writes one int.
-    let driver_version = (unsafe { (api.hipDriverGetVersion)(&mut version) } == HIP_SUCCESS)
-        .then(|| rocm::format_hip_version(version));
-    if init != HIP_SUCCESS {
+impl DeviceQuery for Hip {
+    fn start(&self) -> Result<Option<String>, RuntimeStatus> {
+        let api = &self.api;
+        // SAFETY: every entry point was resolved when the library was opened.
+        let init = unsafe { (api.hipInit)(0) };
+        let mut version = 0;
+        // SAFETY: writes one int.
+        let driver_version = (unsafe { (api.hipDriverGetVersion)(&mut version) } == HIP_SUCCESS)
+            .then(|| rocm::format_hip_version(version));
+        if init == HIP_SUCCESS {
+            return Ok(driver_version);
+        }
         // Without the amdgpu driver's compute node, ROCm 5 fails hipInit with
         // hipErrorInvalidDevice where ROCm 6 says hipErrorNoDevice: both mean no GPU.
         let finding = if init == HIP_ERROR_NO_DEVICE || !kfd_present() {
@@ -35,40 +40,20 @@ fn query(hip: &Hip) -> RuntimeStatus {
         } else {
             describe("hipInit", init)
         };
-        return RuntimeStatus {
-            driver_version,
-            ..RuntimeStatus::loaded_with_finding(finding)
-        };
-    }
-    let mut count: c_int = 0;
-    // SAFETY: writes one int.
-    let answer = unsafe { (api.hipGetDeviceCount)(&mut count) };
-    if answer != HIP_SUCCESS {
-        return RuntimeStatus {
-            driver_version,
-            ..RuntimeStatus::loaded_with_finding(describe("hipGetDeviceCount", answer))
-        };
-    }
-    if count <= 0 {
-        return RuntimeStatus {
-            driver_version,
-            ..RuntimeStatus::loaded_with_finding(NO_DEVICE)
-        };
+        Err(gpu_probe::with_version(driver_version, finding))
     }
 
-    let mut devices = Vec::new();
-    let mut findings = Vec::new();
-    for ordinal in 0..count {
-        match device(hip, ordinal) {
-            Ok(device) => devices.push(device),
-            Err(error) => findings.push(format!("device {ordinal}: {error}")),
+    fn device_count(&self) -> Result<c_int, String> {
+        let mut count: c_int = 0;
+        // SAFETY: writes one int.
+        match unsafe { (self.api.hipGetDeviceCount)(&mut count) } {
+            HIP_SUCCESS => Ok(count),
+            failed => Err(describe("hipGetDeviceCount", failed)),
         }
     }
-    RuntimeStatus {
-        loaded: true,
-        driver_version,
-        devices,
-        finding: join_findings(findings),
+
+    fn device(&self, ordinal: c_int) -> Result<RuntimeDevice, String> {
+        device(self, ordinal)
     }
 }
 
@@ -80,14 +65,13 @@ fn device(hip: &Hip, ordinal: c_int) -> Result<RuntimeDevice, String> {
     if answer != HIP_SUCCESS {
         return Err(describe("hipDeviceGet", answer));
     }
-    let mut buffer = [0 as c_char; 256];
     // SAFETY: the runtime writes at most `len` bytes into the buffer.
-    let answer =
-        unsafe { (api.hipDeviceGetName)(buffer.as_mut_ptr(), buffer.len() as c_int, handle) };
+    let (answer, name) = read_c_string::<256, _>(|buffer, len| unsafe {
+        (api.hipDeviceGetName)(buffer, len, handle)
+    });
     if answer != HIP_SUCCESS {
         return Err(describe("hipDeviceGetName", answer));
     }
-    let name = string_from_c_buffer(&buffer);
     let mut bytes = 0usize;
     // SAFETY: writes one size.
     let memory_bytes = (unsafe { (api.hipDeviceTotalMem)(&mut bytes, handle) } == HIP_SUCCESS)
@@ -107,13 +91,12 @@ fn device(hip: &Hip, ordinal: c_int) -> Result<RuntimeDevice, String> {
 }
 
 fn pci_address(hip: &Hip, ordinal: c_int) -> Option<String> {
-    let mut buffer = [0 as c_char; 64];
     // SAFETY: the runtime writes at most `len` bytes into the buffer.
-    let answer = unsafe {
-        (hip.api.hipDeviceGetPCIBusId)(buffer.as_mut_ptr(), buffer.len() as c_int, ordinal)
-    };
+    let (answer, address) = read_c_string::<64, _>(|buffer, len| unsafe {
+        (hip.api.hipDeviceGetPCIBusId)(buffer, len, ordinal)
+    });
     (answer == HIP_SUCCESS)
-        .then(|| normalise_pci_address(&string_from_c_buffer(&buffer)))
+        .then(|| normalise_pci_address(&address))
         .flatten()
 }
 

@@ -8,6 +8,7 @@
 //! symbol they cannot resolve.
 
 mod cuda;
+mod gpu_probe;
 pub(crate) mod guard;
 mod hip;
 pub mod libraries;

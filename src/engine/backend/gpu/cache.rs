@@ -8,10 +8,15 @@ use std::path::{Path, PathBuf};
 /// What a compiled module depends on: change any part and the cache misses.
 #[derive(Debug, Clone, Copy)]
 pub struct CacheKey<'a> {
+    /// `cuda` or `hip`.
     pub runtime: &'a str,
+    /// The architecture compiled for (`sm_89`, `gfx1100`).
     pub arch: &'a str,
+    /// The compiler's version, so that a new toolkit compiles afresh.
     pub compiler_version: &'a str,
+    /// The compiler options, in order.
     pub options: &'a [String],
+    /// The whole kernel source as compiled.
     pub source: &'a str,
 }
 
@@ -35,6 +40,7 @@ impl CacheKey<'_> {
         hash
     }
 
+    /// The module's file name: runtime, architecture (safe for a file name) and digest.
     pub fn file_name(&self) -> String {
         let arch: String = self
             .arch
@@ -53,12 +59,14 @@ pub struct KernelCache {
 }
 
 impl KernelCache {
+    /// A cache kept in `dir`.
     pub fn at(dir: impl Into<PathBuf>) -> Self {
         KernelCache {
             dir: Some(dir.into()),
         }
     }
 
+    /// No cache: every run compiles its kernels.
     pub fn disabled() -> Self {
         KernelCache { dir: None }
     }
@@ -89,6 +97,7 @@ impl KernelCache {
         Self::disabled()
     }
 
+    /// The folder modules are kept in; `None` when caching is off.
     pub fn dir(&self) -> Option<&Path> {
         self.dir.as_deref()
     }

@@ -91,10 +91,13 @@ struct State {
     workspace: Option<(DevicePtr, usize)>,
 }
 
+/// cuDNN opened on one driver's stream, with the plans and the workspace of the
+/// convolution shapes it has run.
 pub struct Dnn {
     handle: dnn::cudnnHandle_t,
     math: dnn::cudnnMathType_t,
     state: Mutex<State>,
+    /// The library's version as reported (`cuDNN 9.1.0`).
     pub version: String,
 }
 

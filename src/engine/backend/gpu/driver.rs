@@ -20,9 +20,13 @@ impl DevicePtr {
 /// One kernel argument, passed by value as the kernel's C signature declares it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KernelArg {
+    /// A device address (`T*`).
     Ptr(DevicePtr),
+    /// An `int`.
     I32(i32),
+    /// A `long long`: element counts that may pass 2³¹.
     I64(i64),
+    /// A `float`.
     F32(f32),
 }
 
@@ -46,14 +50,18 @@ pub fn argument_slots(args: &[KernelArg]) -> Vec<[u8; 8]> {
 /// Grid and block shape of a launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchShape {
+    /// Blocks in x, y and z.
     pub grid: (u32, u32, u32),
+    /// Threads of one block in x, y and z.
     pub block: (u32, u32, u32),
 }
 
 /// Whether an operand of a GEMM is read transposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transpose {
+    /// Read as stored.
     No,
+    /// Read transposed.
     Yes,
 }
 
@@ -62,18 +70,31 @@ pub enum Transpose {
 /// `[m, k]` or, transposed, `[k, m]`; likewise B is `[k, n]` or `[n, k]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Gemm {
+    /// Rows of op(A) and of C.
     pub m: usize,
+    /// Columns of op(B) and of C.
     pub n: usize,
+    /// The summed dimension: columns of op(A), rows of op(B).
     pub k: usize,
+    /// Address of A.
     pub a: DevicePtr,
+    /// Elements between rows of A as stored.
     pub lda: usize,
+    /// Whether A is stored as `[k, m]`.
     pub trans_a: Transpose,
+    /// Address of B.
     pub b: DevicePtr,
+    /// Elements between rows of B as stored.
     pub ldb: usize,
+    /// Whether B is stored as `[n, k]`.
     pub trans_b: Transpose,
+    /// Address of C, read (for `beta`) and written.
     pub c: DevicePtr,
+    /// Elements between rows of C.
     pub ldc: usize,
+    /// Scale of the product.
     pub alpha: f32,
+    /// Scale of C's old contents; 0 writes C without reading it.
     pub beta: f32,
     /// Element formats of A and B (shared) and of C; arithmetic is f32 either way.
     pub types: GemmTypes,
@@ -83,16 +104,20 @@ pub struct Gemm {
 /// write f32, as a weight gradient does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmTypes {
+    /// The format of A and B.
     pub operands: Precision,
+    /// The format of C.
     pub output: Precision,
 }
 
 impl GemmTypes {
+    /// f32 operands and output: the vendor's plain SGEMM.
     pub const F32: GemmTypes = GemmTypes {
         operands: Precision::Fp32,
         output: Precision::Fp32,
     };
 
+    /// Whether these are [`Self::F32`].
     pub fn is_f32(self) -> bool {
         self == Self::F32
     }
@@ -102,16 +127,27 @@ impl GemmTypes {
 /// is column-major `Cᵀ = Bᵀ·Aᵀ`, so the operands swap and m and n with them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ColumnMajorGemm {
+    /// Whether the first operand (the row-major B) is read transposed.
     pub trans_first: Transpose,
+    /// Whether the second operand (the row-major A) is read transposed.
     pub trans_second: Transpose,
+    /// Rows of the column-major C: the row-major n.
     pub m: usize,
+    /// Columns of the column-major C: the row-major m.
     pub n: usize,
+    /// The summed dimension.
     pub k: usize,
+    /// Address of the first operand (the row-major B).
     pub first: DevicePtr,
+    /// The first operand's leading dimension.
     pub ld_first: usize,
+    /// Address of the second operand (the row-major A).
     pub second: DevicePtr,
+    /// The second operand's leading dimension.
     pub ld_second: usize,
+    /// Address of C.
     pub c: DevicePtr,
+    /// C's leading dimension.
     pub ldc: usize,
 }
 
@@ -124,6 +160,7 @@ impl Gemm {
         }
     }
 
+    /// This product as a column-major BLAS call takes it.
     pub fn column_major(&self) -> ColumnMajorGemm {
         ColumnMajorGemm {
             trans_first: self.trans_b,
@@ -197,10 +234,15 @@ pub enum DnnConvOp {
 /// passes `y` holds the output gradient and `x` or `w` receives the result.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DnnConv {
+    /// Which pass runs.
     pub op: DnnConvOp,
+    /// The convolution's shape, as the engine's layers give it.
     pub shape: crate::engine::backend::Conv2dParams,
+    /// NHWC input (written by the backward-data pass).
     pub x: DevicePtr,
+    /// Weights (written by the backward-filter pass).
     pub w: DevicePtr,
+    /// NHWC output, or the output gradient for the backward passes.
     pub y: DevicePtr,
     /// The element format of x, w and y (arithmetic is f32).
     pub dtype: Precision,
@@ -220,19 +262,26 @@ pub enum MatmulPrecision {
 /// What a device reports about itself.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct DeviceInfo {
+    /// The device's index among its runtime's devices.
     pub ordinal: usize,
+    /// The name the runtime reports (`NVIDIA GeForce RTX 4090`).
     pub name: String,
     /// `sm_90` on CUDA, `gfx1100` on HIP: the target kernels are compiled for.
     pub arch: String,
+    /// PCI address as sysfs spells it (`0000:01:00.0`), when the runtime tells it.
     pub pci_address: Option<String>,
+    /// Device memory, in bytes.
     pub memory_bytes: u64,
+    /// Streaming multiprocessors (CUDA) or compute units (HIP).
     pub multiprocessors: u32,
 }
 
 /// Device times of a run of identical `n`×`n`×`n` matmuls, in the order they ran.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MatmulSeries {
+    /// The side of the square matrices.
     pub n: usize,
+    /// Device milliseconds of each product.
     pub times_ms: Vec<f64>,
 }
 
@@ -338,33 +387,65 @@ pub fn peer_check_pattern(words: usize) -> Vec<u32> {
         .collect()
 }
 
+/// Why a driver could not do what it was asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DriverError {
+    /// A runtime library, or a symbol of one, is missing or failed to load.
     #[error("{0}")]
     LibraryMissing(String),
+    /// The runtime has no device of that ordinal.
     #[error("no {runtime} device {ordinal} (the runtime sees {count})")]
     NoDevice {
+        /// `CUDA` or `HIP`.
         runtime: &'static str,
+        /// The device asked for.
         ordinal: usize,
+        /// Devices the runtime sees.
         count: usize,
     },
+    /// A vendor call returned a failure.
     #[error("{call} failed: {message}")]
-    Call { call: &'static str, message: String },
+    Call {
+        /// The vendor's name of the call (`cuMemAlloc`, `hipMalloc`).
+        call: &'static str,
+        /// The status it returned, in the vendor's words.
+        message: String,
+    },
+    /// The kernel compiler rejected the kernel source.
     #[error("kernel compilation failed for {arch}: {log}")]
-    Compile { arch: String, log: String },
+    Compile {
+        /// The architecture compiled for.
+        arch: String,
+        /// The compiler's log.
+        log: String,
+    },
+    /// A launch named a kernel the compiled module lacks.
     #[error("kernel {0} is not in the compiled module")]
     UnknownKernel(String),
+    /// The device has no room for an allocation of `bytes`.
     #[error("out of device memory allocating {bytes} bytes")]
-    OutOfMemory { bytes: usize },
+    OutOfMemory {
+        /// The bytes asked for.
+        bytes: usize,
+    },
+    /// A request refused before any vendor call (a GEMM whose shapes do not fit, a peer
+    /// of another runtime).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A peer copy check read back other data than it wrote.
     #[error("data copied from {from} to {to} came back wrong")]
-    CorruptCopy { from: String, to: String },
+    CorruptCopy {
+        /// The device copied from (`cuda:0`).
+        from: String,
+        /// The device copied to.
+        to: String,
+    },
 }
 
 /// A vendor runtime bound to one device and one in-order stream. Every call is enqueued on
 /// that stream; `synchronize` waits for all of it and reports a fault from any of it.
 pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
+    /// What the device reported about itself when the driver opened it.
     fn info(&self) -> &DeviceInfo;
     /// `cuda` or `hip`.
     fn runtime(&self) -> &'static str;
@@ -374,19 +455,26 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
     /// For operations between two devices of one runtime (peer copies).
     fn as_any(&self) -> &dyn std::any::Any;
 
+    /// `bytes` of device memory (a block of at least one byte), or
+    /// [`DriverError::OutOfMemory`].
     fn alloc(&self, bytes: usize) -> Result<DevicePtr, DriverError>;
+    /// Gives a block back to the runtime.
+    ///
     /// # Safety
     /// `ptr` came from `alloc` of this driver and no queued work still uses it.
     unsafe fn free(&self, ptr: DevicePtr);
+    /// Copies `src` to `dst` and waits for the copy, so `src` may go right after.
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<(), DriverError>;
     /// Waits for the stream, then copies.
     fn copy_to_host(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), DriverError>;
+    /// Enqueues a copy of `bytes` from `src` to `dst`, both on this device.
     fn copy_on_device(
         &self,
         dst: DevicePtr,
         src: DevicePtr,
         bytes: usize,
     ) -> Result<(), DriverError>;
+    /// Enqueues setting `bytes` bytes from `dst` to zero.
     fn zero(&self, dst: DevicePtr, bytes: usize) -> Result<(), DriverError>;
 
     /// Launches one kernel of the engine's kernel source by name.
@@ -398,10 +486,13 @@ pub trait GpuDriver: Send + Sync + fmt::Debug + 'static {
     ) -> Result<(), DriverError>;
     /// f32 GEMM through the vendor BLAS.
     fn gemm(&self, gemm: &Gemm) -> Result<(), DriverError>;
+    /// Waits for everything enqueued and reports the first fault among it.
     fn synchronize(&self) -> Result<(), DriverError>;
 
     /// Page-locked host memory, which copies reach the link's full speed from.
     fn alloc_pinned(&self, bytes: usize) -> Result<*mut u8, DriverError>;
+    /// Gives page-locked memory back.
+    ///
     /// # Safety
     /// `ptr` came from `alloc_pinned` of this driver and no copy still uses it.
     unsafe fn free_pinned(&self, ptr: *mut u8);

@@ -71,7 +71,7 @@ fn resnet50_at_batch_256_in_16_bits_fits_a_24_gib_card_on_a_stand_in_device() {
             "{precision}: {in_use} bytes in use at the peak against {f32_in_use} in f32"
         );
         // With 4 GiB left for the runtime's context, DNN workspaces and collective
-        // buffers, the pool never has to empty its cache.
+        // buffers, the allocator never has to empty its cache.
         assert!(
             reserved <= 20 * GIB,
             "{precision}: {reserved} bytes reserved (f32: {f32_reserved})"
@@ -215,7 +215,7 @@ fn a_dnn_workspace_blocked_by_cached_blocks_gets_them_back_on_a_stand_in_device(
     assert_eq!(
         device.live_bytes(),
         backend.memory().reserved_bytes + (8 << 10),
-        "the workspace is the runtime's, outside the pool"
+        "the workspace is the runtime's, outside the allocator"
     );
 }
 

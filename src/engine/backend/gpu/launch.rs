@@ -99,7 +99,9 @@ pub fn im2col_images(batch: usize, rows_per_image: usize, k: usize, budget_elems
 /// of one staged slice and the threads of a block: the kernel source's `IG_BM`, `IG_BN`,
 /// `IG_BK` and `IG_THREADS`.
 pub const IMPLICIT_TILE: usize = 64;
+/// Depth of one staged slice of the implicit GEMM (`IG_BK`).
 pub const IMPLICIT_SLICE: usize = 16;
+/// Threads of one implicit-GEMM block (`IG_THREADS`).
 pub const IMPLICIT_THREADS: u32 = 128;
 
 /// Blocks per multiprocessor the filter gradient's split aims for.

@@ -8,25 +8,37 @@ use super::launch::BLOCK;
 /// that the rows of small tensors are not mostly idle blocks.
 pub const MAX_BLOCKS_PER_TENSOR: usize = 32;
 
+/// One tensor's momentum update.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct MomentumEntry {
+    /// Address of the f32 weights.
     pub w: u64,
+    /// Address of the f32 gradient.
     pub g: u64,
+    /// Address of the f32 momentum buffer.
     pub b: u64,
+    /// Elements in each of the three.
     pub n: i64,
+    /// This tensor's learning rate.
     pub step: f32,
+    /// Learning rate times weight decay.
     pub step_decay: f32,
 }
 
+/// One tensor whose sum of squares the multi-tensor reduction takes.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct SquaresEntry {
+    /// Address of the f32 values.
     pub x: u64,
+    /// Elements.
     pub n: i64,
 }
 
 impl MomentumEntry {
+    /// The entry for `n` elements of weights, gradient and momentum, with the tensor's
+    /// learning rate and weight decay.
     pub fn new(w: DevicePtr, g: DevicePtr, b: DevicePtr, n: usize, step: f32, decay: f32) -> Self {
         MomentumEntry {
             w: w.0,

@@ -54,13 +54,18 @@ impl ConvAlgorithm {
 /// The convolution path a backend takes, once its driver is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConvPath {
+    /// Through the driver's DNN library (cuDNN).
     Dnn,
+    /// The engine's implicit-GEMM kernels, which build no column buffer.
     ImplicitGemm,
+    /// im2col into a bounded column buffer, then a vendor GEMM.
     Im2col,
 }
 
+/// The backend's speed switches, each off (or automatic) by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuOptions {
+    /// How convolutions that are not a plain GEMM run (`TINYPERF_CONV`).
     pub conv: ConvAlgorithm,
     /// Batch norm, the residual add and ReLU fused into one kernel forward and one
     /// backward (`TINYPERF_FUSED_BN=1`).
@@ -87,6 +92,7 @@ impl GpuOptions {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
 
+    /// The switches as `lookup` reads the variables, so that tests need not set them.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> GpuOptions {
         let mut options = GpuOptions::default();
         if let Some(value) = lookup("TINYPERF_CONV") {

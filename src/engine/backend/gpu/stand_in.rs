@@ -11,11 +11,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::buffer::element_bytes;
 use super::driver::{
     DeviceInfo, DevicePtr, DnnConv, DriverError, Gemm, GpuDriver, KernelArg, LaunchShape,
     MatmulPrecision, Transpose,
 };
-use super::element_bytes;
 
 #[derive(Debug, Default)]
 struct Ledger {
@@ -29,6 +29,7 @@ struct Ledger {
     workspace: Option<(DevicePtr, usize)>,
 }
 
+/// The emulated device: a ledger of live blocks against a capacity in bytes.
 #[derive(Debug)]
 pub struct StandInDevice {
     /// Whether it claims a DNN library, so that convolutions take the backend's DNN path.
@@ -39,6 +40,7 @@ pub struct StandInDevice {
 }
 
 impl StandInDevice {
+    /// A device with `capacity` bytes of memory.
     pub fn new(capacity: usize) -> Arc<Self> {
         Self::build(capacity, false)
     }
@@ -89,14 +91,17 @@ impl StandInDevice {
         }
     }
 
+    /// Bytes in blocks allocated and not yet freed.
     pub fn live_bytes(&self) -> usize {
         self.ledger().live
     }
 
+    /// Allocations made so far.
     pub fn allocs(&self) -> usize {
         self.ledger().allocs
     }
 
+    /// Blocks freed so far.
     pub fn frees(&self) -> usize {
         self.ledger().frees
     }
