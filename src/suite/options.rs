@@ -332,6 +332,7 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             LINK_LOAD_SECONDS,
             MEMORY_FRACTION,
             PULSE_SECONDS,
+            THROTTLE_SECONDS,
         ],
         "smoke" => &[
             IMAGE_SIZE,
@@ -562,6 +563,16 @@ mod tests {
             &map(json!({"model": "resnet18", "dataset": "/d", "base_lr": 0.1, "image_size": 32}))
         )
         .is_ok());
+    }
+
+    #[test]
+    fn every_option_a_health_stage_reads_can_be_given() {
+        assert!(validate(
+            "health",
+            &map(json!({"throttle_seconds": 5, "pulse_seconds": 2, "memory_fraction": 0.5}))
+        )
+        .is_ok());
+        assert!(validate("health", &map(json!({"throttle_seconds": 0.5}))).is_err());
     }
 
     #[test]
