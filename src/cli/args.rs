@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// The parsed command line: one subcommand and its arguments.
 #[derive(Debug, Parser)]
 #[command(
     name = "tinyperf",
@@ -12,10 +13,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     about = "Benchmark appliance agent for tinybox GPU machines"
 )]
 pub struct Cli {
+    /// What tinyperf was asked to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// What tinyperf does: run the agent, run a suite in this process, talk to a running
+/// agent, or work on datasets, GPUs and MLPerf results.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent: D-Bus service, HTTP endpoint, run supervisor.
@@ -56,6 +60,7 @@ pub enum Command {
     Man(ManArgs),
 }
 
+/// `tinyperf completions SHELL`: the shell whose script is printed.
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
     /// The shell to complete for.
@@ -63,6 +68,7 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
+/// `tinyperf man`: print the main page, or write every page into a folder.
 #[derive(Debug, Args)]
 pub struct ManArgs {
     /// Write tinyperf.1 and a page per subcommand (tinyperf-run.1, tinyperf-dataset-synth.1,
@@ -71,6 +77,7 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
+/// `tinyperf mlperf`: scoring MLPerf Training results and packaging them for submission.
 #[derive(Debug, Subcommand)]
 pub enum MlperfCommand {
     /// Score MLLOG files, a results folder or a submission folder as
@@ -81,6 +88,7 @@ pub enum MlperfCommand {
     Package(MlperfPackageArgs),
 }
 
+/// `tinyperf mlperf package`: the runs to package, the names to give them and where.
 #[derive(Debug, Args)]
 pub struct MlperfPackageArgs {
     /// The submitting organisation: the package's top folder and the system
@@ -106,6 +114,7 @@ pub struct MlperfPackageArgs {
     pub runs: Vec<PathBuf>,
 }
 
+/// `tinyperf mlperf score`: the results to score and how to print the scores.
 #[derive(Debug, Args)]
 pub struct MlperfScoreArgs {
     /// MLLOG files, run folders, `results/<system>/resnet/` folders or submission folders.
@@ -116,6 +125,8 @@ pub struct MlperfScoreArgs {
     pub json: bool,
 }
 
+/// `tinyperf gpu`: checking and measuring the GPU backends, compiling their kernels and
+/// counting a training step's cost.
 #[derive(Debug, Subcommand)]
 pub enum GpuCommand {
     /// Every kernel and one training step against the CPU backend, then GEMM TFLOPS and
@@ -130,6 +141,7 @@ pub enum GpuCommand {
     Floors(GpuFloorsArgs),
 }
 
+/// `tinyperf gpu floors`: the training step to count.
 #[derive(Debug, Args)]
 pub struct GpuFloorsArgs {
     /// Images per step (per GPU).
@@ -146,6 +158,7 @@ pub struct GpuFloorsArgs {
     pub json: bool,
 }
 
+/// `tinyperf gpu compile`: the runtime compiler and the architectures to compile for.
 #[derive(Debug, Args)]
 pub struct GpuCompileArgs {
     /// `cuda` (NVRTC) or `hip` (hiprtc).
@@ -161,6 +174,7 @@ pub struct GpuCompileArgs {
     pub json: bool,
 }
 
+/// `tinyperf gpu check`: the backend and devices to check, and what to measure on them.
 #[derive(Debug, Args)]
 pub struct GpuCheckArgs {
     /// `auto`, `cuda` or `hip`.
@@ -175,6 +189,7 @@ pub struct GpuCheckArgs {
     /// Timed training steps (after the warm-up steps).
     #[arg(long, default_value_t = 10)]
     pub steps: usize,
+    /// Untimed training steps before the timed ones.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
     /// Side of the square matrices of the GEMM measurement.
@@ -199,6 +214,8 @@ pub struct GpuCheckArgs {
     pub json_out: Option<PathBuf>,
 }
 
+/// `tinyperf dataset`: the generated dataset, and checking and measuring any dataset in
+/// ImageNet folder layout.
 #[derive(Debug, Subcommand)]
 pub enum DatasetCommand {
     /// Write the generated dataset (ImageNet folder layout, real JPEG files) to DIR.
@@ -209,6 +226,7 @@ pub enum DatasetCommand {
     Bench(DatasetBenchArgs),
 }
 
+/// `tinyperf dataset synth`: where to write the generated dataset and how large to make it.
 #[derive(Debug, Args)]
 pub struct SynthArgs {
     /// The folder to create; it must not exist or be empty.
@@ -228,10 +246,12 @@ pub struct SynthArgs {
     /// JPEG quality, 1 to 100.
     #[arg(long, default_value_t = 90)]
     pub quality: u8,
+    /// Seed the images are drawn from; the same seed and sizes give the same images.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 }
 
+/// `tinyperf dataset check`: the dataset to scan, whether to decode it, how to print.
 #[derive(Debug, Args)]
 pub struct DatasetCheckArgs {
     /// The dataset root, holding train/ and val/.
@@ -244,6 +264,7 @@ pub struct DatasetCheckArgs {
     pub json: bool,
 }
 
+/// `tinyperf dataset bench`: the dataset and the loader configuration to measure.
 #[derive(Debug, Args)]
 pub struct DatasetBenchArgs {
     /// The dataset root, holding train/ and val/.
@@ -255,6 +276,7 @@ pub struct DatasetBenchArgs {
     /// Output side in pixels.
     #[arg(long, default_value_t = 224)]
     pub image_size: usize,
+    /// Images per loader batch.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
     /// Use at most this many train images.
@@ -265,6 +287,7 @@ pub struct DatasetBenchArgs {
     pub json: bool,
 }
 
+/// `tinyperf agent`: the configuration file and what overrides it.
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Configuration file.
@@ -284,6 +307,7 @@ pub struct AgentArgs {
     pub root: PathBuf,
 }
 
+/// How `tinyperf run` reports progress on stdout (`--events`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EventFormat {
     /// Readable progress on stdout.
@@ -292,6 +316,8 @@ pub enum EventFormat {
     Jsonl,
 }
 
+/// `tinyperf run` and `tinyperf health`: the suite and its options, the backend and
+/// dataset, where the run is recorded and how progress is shown.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The suite to run (`inventory`, `acceptance`, `health`, `smoke`, `mlperf-resnet`); `acceptance`
@@ -393,6 +419,7 @@ impl RunArgs {
     }
 }
 
+/// `tinyperf detect`: the tree to inventory, the SKU to judge it as, how to print.
 #[derive(Debug, Args)]
 pub struct DetectArgs {
     /// Print the inventory as JSON.
@@ -409,6 +436,8 @@ pub struct DetectArgs {
     pub no_runtime: bool,
 }
 
+/// How a client command (`start`, `cancel`, `status`, `runs`, `show`) reaches the agent
+/// and prints its answer.
 #[derive(Debug, Clone, Args)]
 pub struct ClientArgs {
     /// The bus the agent serves on: `system`, `session`, or a D-Bus address.
@@ -419,6 +448,7 @@ pub struct ClientArgs {
     pub json: bool,
 }
 
+/// `tinyperf start`: the suite and options the agent is asked to run, and whether to wait.
 #[derive(Debug, Args)]
 pub struct StartArgs {
     /// The suite to run.
@@ -429,23 +459,28 @@ pub struct StartArgs {
     /// Wait for the run to finish; exit 0 only when it passed.
     #[arg(long)]
     pub wait: bool,
+    /// The bus the agent is reached on and the output format.
     #[command(flatten)]
     pub client: ClientArgs,
 }
 
+/// `tinyperf cancel` and `tinyperf show`: the run they act on.
 #[derive(Debug, Args)]
 pub struct RunIdArgs {
     /// The run's id.
     pub run_id: String,
+    /// The bus the agent is reached on and the output format.
     #[command(flatten)]
     pub client: ClientArgs,
 }
 
+/// `tinyperf runs`: how many runs to list.
 #[derive(Debug, Args)]
 pub struct RunsArgs {
     /// At most this many runs.
     #[arg(long, default_value_t = 20)]
     pub limit: u32,
+    /// The bus the agent is reached on and the output format.
     #[command(flatten)]
     pub client: ClientArgs,
 }

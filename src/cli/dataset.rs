@@ -8,6 +8,9 @@ use super::UsageError;
 use crate::engine::data::bench::{self, LoaderBenchOptions};
 use crate::engine::data::{decode_jpeg, write_synth_dataset, DataError, Dataset, SynthSpec};
 
+/// `tinyperf dataset synth|check|bench`: runs the subcommand and returns its exit
+/// status (0, or 1 when `check` found images that do not decode); configuration
+/// mistakes are usage errors, I/O failures plain errors.
 pub fn main(command: &DatasetCommand) -> anyhow::Result<i32> {
     match command {
         DatasetCommand::Synth(args) => synth(args),

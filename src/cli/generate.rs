@@ -20,6 +20,7 @@ pub fn completions(args: &CompletionsArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Writes `shell`'s completion script for tinyperf to `out`; fails only when `out` does.
 pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn Write) -> io::Result<()> {
     let mut buffer = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), BIN_NAME, &mut buffer);

@@ -32,6 +32,9 @@ const STEP_BATCH: usize = 4;
 const STEP_IMAGE: usize = 128;
 const STEP_CLASSES: usize = 1000;
 
+/// `tinyperf gpu check|compile|floors`: runs the subcommand and returns its exit status
+/// (0 when every check or compilation passed, 1 otherwise); a bad option is a usage
+/// error, a missing GPU or compiler a plain error.
 pub fn main(command: &GpuCommand) -> anyhow::Result<i32> {
     match command {
         GpuCommand::Check(args) => check(args),

@@ -8,6 +8,9 @@ use crate::engine::mllog::Division;
 use crate::mlperf::package::{package, PackageError, PackageRequest};
 use crate::mlperf::score::SystemScore;
 
+/// `tinyperf mlperf score|package`: runs the subcommand and returns its exit status (0
+/// when every system scores, 1 when some result has no score); a bad name or run count
+/// is a usage error, an unreadable or mismatched run a plain error.
 pub fn main(command: &MlperfCommand) -> anyhow::Result<i32> {
     match command {
         MlperfCommand::Score(args) => score(args),

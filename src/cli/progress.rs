@@ -39,6 +39,8 @@ pub enum Rate {
 }
 
 impl Rate {
+    /// The rate as the bar shows it: `123 img/s` (one decimal below 10), or the stage's
+    /// share in `%/s`, in `%/min` when slower than 0.1 %/s.
     pub fn render(self) -> String {
         match self {
             Rate::ImagesPerSecond(r) if r < 10.0 => format!("{r:.1} img/s"),
@@ -58,6 +60,7 @@ pub struct BarState {
     pub position: u64,
     /// The stage's last word on what it is doing.
     pub message: String,
+    /// How fast the stage goes lately; `None` until there is enough to tell.
     pub rate: Option<Rate>,
     /// Time left in the stage, at the rate it has gone lately.
     pub eta: Option<Duration>,
@@ -161,6 +164,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// A tracker that has seen no event yet.
     pub fn new() -> Tracker {
         Tracker::default()
     }
@@ -268,6 +272,7 @@ impl Default for TerminalProgress {
 }
 
 impl TerminalProgress {
+    /// Progress on stdout, drawn as bars when stdout is a terminal that is not `dumb`.
     pub fn new() -> TerminalProgress {
         TerminalProgress {
             tracker: Tracker::new(),

@@ -17,29 +17,50 @@ use crate::engine::mllog::Division;
 
 /// A run folder's files.
 pub const RECORD_FILE: &str = "run.json";
+/// The run's MLLOG as training wrote it (also the name inside each `result_N/` of a run
+/// of several).
 pub const MLLOG_FILE: &str = "mllog.txt";
 /// The run's MLPerf power log (one node), when power was measured.
 pub const POWER_FILE: &str = "power.txt";
 
+/// Why a package could not be made; nothing is left under the final name when it fails.
 #[derive(Debug, thiserror::Error)]
 pub enum PackageError {
+    /// The folder given as a run has no `run.json`, and no record was supplied for it.
     #[error("{0}: not a run folder (no run.json)")]
     NotARun(PathBuf),
+    /// The run folder (given here) holds neither `mllog.txt` nor `result_N/mllog.txt`.
     #[error("{0}: the run has no MLLOG (mllog.txt, or result_N/mllog.txt for a run of several)")]
     NoMllog(PathBuf),
+    /// A file could not be read or parsed, or its MLLOG lacks a line the package needs.
     #[error("cannot read {path}: {reason}")]
-    Read { path: PathBuf, reason: String },
+    Read {
+        /// The file that was read.
+        path: PathBuf,
+        /// What went wrong, for the operator.
+        reason: String,
+    },
+    /// The runs given hold this many results, not the number a ResNet result needs.
     #[error("a ResNet result is exactly {RESULTS_NEEDED} runs; {0} given")]
     RunCount(usize),
+    /// The runs do not belong in one result (other benchmark, system, division or a
+    /// repeated seed); the message says which and where.
     #[error("{0}")]
     Mismatch(String),
+    /// The package's `ORG/` folder (given here) already exists; it is never overwritten.
     #[error("{0} exists: package into another folder (--out) or move it away")]
     Exists(PathBuf),
+    /// A file or folder of the package could not be written, or the package not renamed
+    /// into place.
     #[error("cannot write {path}: {source}")]
     Write {
+        /// What was being written.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The organisation or system name (given here) is empty, starts with '.', or holds
+    /// other characters than letters, digits, '-', '_' and '.'.
     #[error("{0} is not a usable name: letters, digits, '-', '_' and '.' only")]
     BadName(String),
 }
@@ -47,12 +68,17 @@ pub enum PackageError {
 /// What to package.
 #[derive(Debug, Clone)]
 pub struct PackageRequest {
+    /// The submitting organisation: the package's top folder and the descriptions'
+    /// `submitter`.
     pub org: String,
+    /// The system's name: `systems/SYSTEM.json`, `results/SYSTEM/` and `system_name`.
     pub system: String,
     /// The division asked for; it must be the one the runs logged.
     pub division: Option<Division>,
     /// The folder `ORG/` is created in.
     pub out_dir: PathBuf,
+    /// Run folders, each holding one run's MLLOG or one per `result_N/`; together
+    /// they must give exactly the results a ResNet result needs.
     pub runs: Vec<PathBuf>,
     /// The record of a run folder that has no `run.json` yet (the suite packaging its
     /// own runs); `None` refuses such a folder.
@@ -62,12 +88,18 @@ pub struct PackageRequest {
 /// What was written.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PackageReport {
+    /// The package's `ORG/` folder, under its final name.
     pub root: PathBuf,
+    /// The division the runs logged and the package declares (`closed` or `open`).
     pub division: String,
     /// (result name, the MLLOG it was copied from)
     pub results: Vec<(String, PathBuf)>,
+    /// Each result's logged seed, in result order.
     pub seeds: Vec<i64>,
+    /// Whether power logs were packaged (only when every run measured power).
     pub power: bool,
+    /// Things the operator should know about what was left out (e.g. power logs when
+    /// only some runs measured it).
     pub notes: Vec<String>,
 }
 
@@ -217,6 +249,11 @@ fn division_named(name: &str) -> Option<Division> {
 }
 
 /// Checks the runs belong together and writes the package.
+///
+/// The runs must be exactly one ResNet result's worth, of one system, one division
+/// (the one asked for, if any) and with distinct seeds; the package is written beside
+/// the target and renamed into place. Returns what was written, or a [`PackageError`]
+/// saying what did not fit, with nothing left under the final name.
 pub fn package(request: &PackageRequest) -> Result<PackageReport, PackageError> {
     checked_name(&request.org)?;
     checked_name(&request.system)?;

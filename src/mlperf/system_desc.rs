@@ -37,6 +37,7 @@ impl SoftwareStack {
         SoftwareStack::new(os)
     }
 
+    /// The stack of this build on the named operating system, with no other components.
     pub fn new(operating_system: String) -> SoftwareStack {
         SoftwareStack {
             operating_system,

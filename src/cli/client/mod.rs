@@ -99,6 +99,9 @@ fn finish(outcome: Result<i32, Exit>) -> anyhow::Result<i32> {
     }
 }
 
+/// `tinyperf start`: asks the agent to start a run and prints its id, or with `--wait`
+/// follows it to the end. Returns the exit status: 0 started (or, waiting, passed), 1 the
+/// run did not pass, 2 a usage mistake; an unreachable or refusing agent is an error.
 pub async fn start(args: &StartArgs) -> anyhow::Result<i32> {
     finish(start_inner(args).await)
 }
@@ -205,6 +208,9 @@ fn dbus_options(pairs: &[String]) -> Result<HashMap<String, Variant<'static>>, S
         .collect()
 }
 
+/// `tinyperf cancel`: asks the agent to cancel a run. Returns exit status 0 when the
+/// request was accepted (2 for a usage mistake); a refusal, an unknown run or an
+/// unreachable agent is an error.
 pub async fn cancel(args: &RunIdArgs) -> anyhow::Result<i32> {
     finish(cancel_inner(args).await)
 }
@@ -225,6 +231,8 @@ async fn cancel_inner(args: &RunIdArgs) -> Result<i32, Exit> {
     Ok(EXIT_OK)
 }
 
+/// `tinyperf status`: prints the agent's state, current run and last run. Returns exit
+/// status 0 (2 for a usage mistake); an unreachable agent is an error.
 pub async fn status(args: &ClientArgs) -> anyhow::Result<i32> {
     finish(status_inner(args).await)
 }
@@ -246,6 +254,8 @@ async fn status_inner(args: &ClientArgs) -> Result<i32, Exit> {
     Ok(EXIT_OK)
 }
 
+/// `tinyperf runs`: prints the agent's recorded runs, newest first, up to `--limit`.
+/// Returns exit status 0 (2 for a usage mistake); an unreachable agent is an error.
 pub async fn runs(args: &RunsArgs) -> anyhow::Result<i32> {
     finish(runs_inner(args).await)
 }
@@ -267,6 +277,8 @@ async fn runs_inner(args: &RunsArgs) -> Result<i32, Exit> {
     Ok(EXIT_OK)
 }
 
+/// `tinyperf show`: prints one run's record. Returns exit status 0 (2 for a usage
+/// mistake); an unknown run, an unparseable record or an unreachable agent is an error.
 pub async fn show(args: &RunIdArgs) -> anyhow::Result<i32> {
     finish(show_inner(args).await)
 }
