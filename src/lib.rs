@@ -4,6 +4,8 @@
 //! events → supervisor → store, D-Bus and HTTP. `record` holds what every layer
 //! shares (the run record and its store) and imports none of them.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod api;
 pub mod cli;
