@@ -184,6 +184,18 @@ fn throughput_precisions(args: &GpuCheckArgs) -> anyhow::Result<Vec<Precision>> 
     Ok(out)
 }
 
+/// What a report says of a device it could not open or describe.
+fn unknown_device(ordinal: usize) -> DeviceInfo {
+    DeviceInfo {
+        ordinal,
+        name: "unknown".into(),
+        arch: "unknown".into(),
+        pci_address: None,
+        memory_bytes: 0,
+        multiprocessors: 0,
+    }
+}
+
 /// A report with only the training throughput in each precision.
 fn throughput_only(
     args: &GpuCheckArgs,
@@ -195,14 +207,7 @@ fn throughput_only(
     let started = Instant::now();
     let mut errors = Vec::new();
     let mut throughput = Vec::new();
-    let mut info = DeviceInfo {
-        ordinal,
-        name: "unknown".into(),
-        arch: "unknown".into(),
-        pci_address: None,
-        memory_bytes: 0,
-        multiprocessors: 0,
-    };
+    let mut info = unknown_device(ordinal);
     match runtime.open(ordinal, cache) {
         Ok(fast) => {
             info = fast.info().clone();
@@ -287,14 +292,7 @@ fn check_device(
         Err(e) => {
             println!("\ndevice {ordinal}: cannot open: {e}");
             return DeviceReport {
-                device: DeviceInfo {
-                    ordinal,
-                    name: "unknown".into(),
-                    arch: "unknown".into(),
-                    pci_address: None,
-                    memory_bytes: 0,
-                    multiprocessors: 0,
-                },
+                device: unknown_device(ordinal),
                 kernel_setup_s: started.elapsed().as_secs_f64(),
                 ops: vec![],
                 training_step: vec![],
