@@ -99,6 +99,16 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// A check's verdict from whether what it measured meets the expectation: `Pass` when
+    /// `ok`, `Fail` otherwise.
+    pub fn pass_if(ok: bool) -> Verdict {
+        if ok {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        }
+    }
+
     /// The verdict's name in records and APIs: `pass`.
     pub fn as_str(self) -> &'static str {
         match self {
