@@ -63,31 +63,29 @@ const GEN4_X4: LinkExpectation = LinkExpectation {
     width: 4,
 };
 
+/// The tinybox platform as the green ships it: the red and the 5090 box share its board,
+/// memory, CPU and drives and differ only in what their specs name.
+const TINYBOX_GREEN: SkuSpec = SkuSpec {
+    name: "tinybox-green",
+    title: "tinybox green: 6× GeForce RTX 4090",
+    gpu_model: "GeForce RTX 4090",
+    gpu_count: 6,
+    gpu_link: GEN4_X16,
+    resizable_bar: true,
+    memory_gib: 128,
+    cpu_cores: 32,
+    nvme_count: 4,
+    nvme_link: GEN4_X4,
+};
+
 /// Every known kind of box.
 pub static SKUS: &[SkuSpec] = &[
-    SkuSpec {
-        name: "tinybox-green",
-        title: "tinybox green: 6× GeForce RTX 4090",
-        gpu_model: "GeForce RTX 4090",
-        gpu_count: 6,
-        gpu_link: GEN4_X16,
-        resizable_bar: true,
-        memory_gib: 128,
-        cpu_cores: 32,
-        nvme_count: 4,
-        nvme_link: GEN4_X4,
-    },
+    TINYBOX_GREEN,
     SkuSpec {
         name: "tinybox-red",
         title: "tinybox red: 6× Radeon RX 7900 XTX",
         gpu_model: "Radeon RX 7900 XTX",
-        gpu_count: 6,
-        gpu_link: GEN4_X16,
-        resizable_bar: true,
-        memory_gib: 128,
-        cpu_cores: 32,
-        nvme_count: 4,
-        nvme_link: GEN4_X4,
+        ..TINYBOX_GREEN
     },
     SkuSpec {
         name: "tinybox-5090",
@@ -95,11 +93,8 @@ pub static SKUS: &[SkuSpec] = &[
         gpu_model: "GeForce RTX 5090",
         gpu_count: 4,
         gpu_link: GEN5_X16,
-        resizable_bar: true,
         memory_gib: 192,
-        cpu_cores: 32,
-        nvme_count: 4,
-        nvme_link: GEN4_X4,
+        ..TINYBOX_GREEN
     },
 ];
 
@@ -154,7 +149,7 @@ fn check(
         subject,
         expected,
         found,
-        verdict: if pass { Verdict::Pass } else { Verdict::Fail },
+        verdict: Verdict::pass_if(pass),
     }
 }
 

@@ -198,16 +198,12 @@ mod tests {
             Trigger::Cli,
             Default::default(),
         );
-        r.stages.push(StageResult {
-            name: stage.into(),
-            verdict: Verdict::Pass,
-            started_at: r.started_at,
-            finished_at: r.started_at,
+        r.stages.push(StageResult::measured(
+            stage,
+            Verdict::Pass,
+            r.started_at,
             metrics,
-            checks: vec![],
-            findings: vec![],
-            message: None,
-        });
+        ));
         r.finish(RunState::Passed, message);
         RunBrief::from(&r)
     }

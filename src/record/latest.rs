@@ -97,16 +97,12 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc)
             + chrono::Duration::minutes(minute);
-        r.stages.push(StageResult {
-            name: stage.into(),
-            verdict: Verdict::Pass,
-            started_at: r.started_at,
-            finished_at: r.started_at,
-            metrics: vec![Metric::new("img_per_s", img_per_s, "img/s")],
-            checks: vec![],
-            findings: vec![],
-            message: None,
-        });
+        r.stages.push(StageResult::measured(
+            stage,
+            Verdict::Pass,
+            r.started_at,
+            vec![Metric::new("img_per_s", img_per_s, "img/s")],
+        ));
         r.finish(RunState::Passed, None);
         RunBrief::from(&r)
     }

@@ -99,6 +99,16 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// A check's verdict from whether what it measured meets the expectation: `Pass` when
+    /// `ok`, `Fail` otherwise.
+    pub fn pass_if(ok: bool) -> Verdict {
+        if ok {
+            Verdict::Pass
+        } else {
+            Verdict::Fail
+        }
+    }
+
     /// The verdict's name in records and APIs: `pass`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -209,6 +219,28 @@ pub struct StageResult {
     /// Why it could not measure, or what it adds to its verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+impl StageResult {
+    /// A stage that ran at the instant `at` and concluded `verdict` from `metrics`, with no
+    /// checks, findings or message: the start of a result built by hand.
+    pub fn measured(
+        name: &str,
+        verdict: Verdict,
+        at: DateTime<Utc>,
+        metrics: Vec<Metric>,
+    ) -> StageResult {
+        StageResult {
+            name: name.to_string(),
+            verdict,
+            started_at: at,
+            finished_at: at,
+            metrics,
+            checks: Vec::new(),
+            findings: Vec::new(),
+            message: None,
+        }
+    }
 }
 
 /// The run's conclusion in a few fields.
@@ -358,16 +390,12 @@ mod tests {
     #[test]
     fn record_round_trips_through_json() {
         let mut r = RunRecord::new("r1".into(), "inventory".into(), Trigger::Cli, Map::new());
-        r.stages.push(StageResult {
-            name: "inventory".into(),
-            verdict: Verdict::Fail,
-            started_at: Utc::now(),
-            finished_at: Utc::now(),
-            metrics: vec![Metric::new("gpus", 6.0, "count")],
-            checks: vec![],
-            findings: vec![],
-            message: None,
-        });
+        r.stages.push(StageResult::measured(
+            "inventory",
+            Verdict::Fail,
+            Utc::now(),
+            vec![Metric::new("gpus", 6.0, "count")],
+        ));
         let state = r.state_from_stages();
         r.finish(state, None);
         assert_eq!(r.state, RunState::Failed);
@@ -383,16 +411,12 @@ mod tests {
     fn the_summary_adds_up_the_stages_energy() {
         let mut r = RunRecord::new("r2".into(), "acceptance".into(), Trigger::Cli, Map::new());
         for joules in [1.8e6, 5.4e6] {
-            r.stages.push(StageResult {
-                name: "s".into(),
-                verdict: Verdict::Pass,
-                started_at: Utc::now(),
-                finished_at: Utc::now(),
-                metrics: vec![Metric::new("energy_j", joules, "J")],
-                checks: vec![],
-                findings: vec![],
-                message: None,
-            });
+            r.stages.push(StageResult::measured(
+                "s",
+                Verdict::Pass,
+                Utc::now(),
+                vec![Metric::new("energy_j", joules, "J")],
+            ));
         }
         r.finish(RunState::Passed, None);
         assert_eq!(r.summary.energy_j, Some(7.2e6));

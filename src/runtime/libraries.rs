@@ -42,6 +42,22 @@ pub struct LibraryStatus {
 }
 
 impl LibraryStatus {
+    fn loaded(
+        runtime: &'static str,
+        name: &'static str,
+        path: Option<String>,
+        version: Option<String>,
+    ) -> LibraryStatus {
+        LibraryStatus {
+            runtime,
+            name,
+            status: "loaded",
+            path,
+            version,
+            detail: None,
+        }
+    }
+
     fn not_found(runtime: &'static str, name: &'static str, detail: String) -> LibraryStatus {
         LibraryStatus {
             runtime,
@@ -110,14 +126,12 @@ fn versioned(
         let path = loaded_path(candidate);
         let reported = super::guard::catch(|| version(&library)).ok().flatten();
         let from_file = path.as_deref().and_then(version_from_file_name);
-        return LibraryStatus {
+        return LibraryStatus::loaded(
             runtime,
             name,
-            status: "loaded",
-            version: reported.or(from_file),
-            path: path.map(|p| p.display().to_string()),
-            detail: None,
-        };
+            path.map(|p| p.display().to_string()),
+            reported.or(from_file),
+        );
     }
     if !failures.is_empty() {
         failures.dedup();
@@ -259,16 +273,16 @@ fn hip_runtime() -> LibraryStatus {
             // SAFETY: writes one int; needs no device.
             let answer = unsafe { (hip.api.hipRuntimeGetVersion)(&mut version) };
             LibraryStatus {
-                runtime: "hip",
-                name: "hip",
-                status: "loaded",
-                path: Some(hip.opened.location()),
-                version: (answer == rocm::api::HIP_SUCCESS)
-                    .then(|| rocm::format_hip_version(version)),
                 detail: Some(format!(
                     "device properties through {}",
                     hip.properties.layout()
                 )),
+                ..LibraryStatus::loaded(
+                    "hip",
+                    "hip",
+                    Some(hip.opened.location()),
+                    (answer == rocm::api::HIP_SUCCESS).then(|| rocm::format_hip_version(version)),
+                )
             }
         }
         Err(error) => from_load_error("hip", error),
@@ -281,14 +295,12 @@ fn hiprtc() -> LibraryStatus {
             let (mut major, mut minor) = (0, 0);
             // SAFETY: writes two ints.
             let answer = unsafe { (rtc.api.hiprtcVersion)(&mut major, &mut minor) };
-            LibraryStatus {
-                runtime: "hip",
-                name: "hiprtc",
-                status: "loaded",
-                path: Some(rtc.location.clone()),
-                version: (answer == rocm::api::HIPRTC_SUCCESS).then(|| format!("{major}.{minor}")),
-                detail: None,
-            }
+            LibraryStatus::loaded(
+                "hip",
+                "hiprtc",
+                Some(rtc.location.clone()),
+                (answer == rocm::api::HIPRTC_SUCCESS).then(|| format!("{major}.{minor}")),
+            )
         }
         Err(error) => from_load_error("hiprtc", error),
     }
@@ -301,15 +313,13 @@ fn rocblas() -> LibraryStatus {
             // SAFETY: writes at most `len` bytes; needs no handle or device.
             let answer =
                 unsafe { (blas.api.rocblas_get_version_string)(buffer.as_mut_ptr(), buffer.len()) };
-            LibraryStatus {
-                runtime: "hip",
-                name: "rocblas",
-                status: "loaded",
-                path: Some(blas.opened.location()),
-                version: (answer == rocm::api::ROCBLAS_SUCCESS)
+            LibraryStatus::loaded(
+                "hip",
+                "rocblas",
+                Some(blas.opened.location()),
+                (answer == rocm::api::ROCBLAS_SUCCESS)
                     .then(|| super::string_from_c_buffer(&buffer)),
-                detail: None,
-            }
+            )
         }
         Err(error) => from_load_error("rocblas", error),
     }

@@ -188,11 +188,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         subject: None,
         expected: "relative error ≤ 1e-5".into(),
         found: format!("{error:.2e}"),
-        verdict: if error <= 1e-5 {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
+        verdict: Verdict::pass_if(error <= 1e-5),
     });
 
     match cpu_peak::estimate(Path::new("/"), threads) {
@@ -218,11 +214,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                     peak.flops_per_cycle
                 ),
                 found: format!("{sustained:.1} GFLOP/s ({:.0} % of peak)", fraction * 100.0),
-                verdict: if fraction >= min_fraction {
-                    Verdict::Pass
-                } else {
-                    Verdict::Fail
-                },
+                verdict: Verdict::pass_if(fraction >= min_fraction),
             });
         }
         Err(e) => stage

@@ -178,16 +178,7 @@ mod tests {
             Default::default(),
         );
         r.apply(&WorkerEvent::StageFinished {
-            result: StageResult {
-                name: "inventory".into(),
-                verdict: Verdict::Pass,
-                started_at: Utc::now(),
-                finished_at: Utc::now(),
-                metrics: vec![],
-                checks: vec![],
-                findings: vec![],
-                message: None,
-            },
+            result: StageResult::measured("inventory", Verdict::Pass, Utc::now(), Vec::new()),
         });
         r.apply(&WorkerEvent::RunFinished {
             state: RunState::Passed,

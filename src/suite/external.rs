@@ -419,22 +419,14 @@ fn finish(
         subject: None,
         expected: "0".into(),
         found: exit.clone(),
-        verdict: if exited_ok {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
+        verdict: Verdict::pass_if(exited_ok),
     });
     report.checks.push(Check {
         name: "the run converges (MLLOG, ruleset 4.0.0)".into(),
         subject: None,
         expected: "run_stop success, compliant".into(),
         found: score.reason.clone().unwrap_or_else(|| "converged".into()),
-        verdict: if score.converged {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
+        verdict: Verdict::pass_if(score.converged),
     });
     let message = match (score.converged, score.time_to_train_min) {
         (true, Some(t)) => format!("converged in {t:.3} min"),

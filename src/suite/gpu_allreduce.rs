@@ -74,11 +74,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         subject: None,
         expected: format!("≥ {min_busbw:.1} GB/s"),
         found: format!("{busbw:.1} GB/s ({})", bw.collective),
-        verdict: if busbw >= min_busbw {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
+        verdict: Verdict::pass_if(busbw >= min_busbw),
     });
     ctx.progress(1.0, None);
     report.finish(Some(format!(

@@ -65,11 +65,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                         MIN_FRACTION * 100.0
                     ),
                     found: format!("{gbps:.1} GB/s"),
-                    verdict: if gbps >= usable * MIN_FRACTION {
-                        Verdict::Pass
-                    } else {
-                        Verdict::Fail
-                    },
+                    verdict: Verdict::pass_if(gbps >= usable * MIN_FRACTION),
                 });
             }
         }

@@ -120,11 +120,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                     peak.name
                 ),
                 found: format!("{tflops:.1} ({:.0} %)", fraction * 100.0),
-                verdict: if fraction >= min_fraction {
-                    Verdict::Pass
-                } else {
-                    Verdict::Fail
-                },
+                verdict: Verdict::pass_if(fraction >= min_fraction),
             });
         }
         if peak.is_none() {

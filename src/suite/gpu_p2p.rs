@@ -69,11 +69,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             subject: None,
             expected: format!("{pairs} pairs"),
             found: format!("{} pairs", measured.len()),
-            verdict: if measured.len() == pairs {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            verdict: Verdict::pass_if(measured.len() == pairs),
         });
     }
     let rows: Vec<String> = matrix

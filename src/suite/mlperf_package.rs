@@ -77,11 +77,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         subject: None,
         expected: "at most one run not converged".into(),
         found: found.clone(),
-        verdict: if found == "no score" {
-            Verdict::Fail
-        } else {
-            Verdict::Pass
-        },
+        verdict: Verdict::pass_if(found != "no score"),
     });
     report.finish(Some(format!(
         "{} division package of {platform}: {found}",

@@ -113,11 +113,7 @@ pub fn judge(sku: &str, on_cpu: bool, minutes: f64) -> (Option<Check>, String) {
             ),
         );
     }
-    let verdict = if minutes <= limit {
-        Verdict::Pass
-    } else {
-        Verdict::Fail
-    };
+    let verdict = Verdict::pass_if(minutes <= limit);
     (
         Some(Check {
             name: "estimated ResNet-50 time to train".into(),

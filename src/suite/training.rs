@@ -283,11 +283,7 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
         subject: None,
         expected: format!("≥ {target}"),
         found,
-        verdict: if reached {
-            Verdict::Pass
-        } else {
-            Verdict::Fail
-        },
+        verdict: Verdict::pass_if(reached),
     });
     let message = match summary.time_to_target_s {
         Some(t) if reached => format!(

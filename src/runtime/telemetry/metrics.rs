@@ -58,14 +58,8 @@ mod tests {
 
     fn result(metrics: Vec<Metric>) -> StageResult {
         StageResult {
-            name: "train-throughput".into(),
-            verdict: Verdict::Skip,
-            started_at: Utc::now(),
-            finished_at: Utc::now(),
-            metrics,
-            checks: vec![],
             findings: vec!["earlier".into()],
-            message: None,
+            ..StageResult::measured("train-throughput", Verdict::Skip, Utc::now(), metrics)
         }
     }
 

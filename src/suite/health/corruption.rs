@@ -261,35 +261,21 @@ pub fn run(
             driver.synchronize()?;
             c.download(size * size)?
         }
-        Workload::Integer => {
-            let out = DeviceBuffer::new(driver, n * 4)?;
-            driver.launch(
-                "health_integer_mix",
-                launch::elementwise(n),
-                &[
-                    KernelArg::Ptr(out.ptr),
-                    KernelArg::I64(n as i64),
-                    KernelArg::I32(round.int_seed()),
-                    KernelArg::I32(INTEGER_ROUNDS),
-                ],
-            )?;
-            driver.synchronize()?;
-            out.download(n)?
-        }
-        Workload::Transcendental => {
-            let out = DeviceBuffer::new(driver, n * 4)?;
-            driver.launch(
-                "health_transcendental",
-                launch::elementwise(n),
-                &[
-                    KernelArg::Ptr(out.ptr),
-                    KernelArg::I64(n as i64),
-                    KernelArg::F32(round.transcendental_scale()),
-                ],
-            )?;
-            driver.synchronize()?;
-            out.download(n)?
-        }
+        Workload::Integer => elementwise_words(
+            driver,
+            "health_integer_mix",
+            n,
+            &[
+                KernelArg::I32(round.int_seed()),
+                KernelArg::I32(INTEGER_ROUNDS),
+            ],
+        )?,
+        Workload::Transcendental => elementwise_words(
+            driver,
+            "health_transcendental",
+            n,
+            &[KernelArg::F32(round.transcendental_scale())],
+        )?,
         Workload::Reduction => {
             let x = DeviceBuffer::upload(driver, &f32_bytes(&round.vector()))?;
             let shape = launch::reduction(n);
@@ -323,6 +309,22 @@ pub fn run(
 }
 
 const INTEGER_ROUNDS: i32 = 64;
+
+/// Launches the elementwise `kernel` as `(out, n, rest…)` over `n` fresh words and reads
+/// them back.
+fn elementwise_words(
+    driver: &dyn GpuDriver,
+    kernel: &str,
+    n: usize,
+    rest: &[KernelArg],
+) -> Result<Vec<u32>, DriverError> {
+    let out = DeviceBuffer::new(driver, n * 4)?;
+    let mut args = vec![KernelArg::Ptr(out.ptr), KernelArg::I64(n as i64)];
+    args.extend_from_slice(rest);
+    driver.launch(kernel, launch::elementwise(n), &args)?;
+    driver.synchronize()?;
+    out.download(n)
+}
 
 fn gemm_precision(workload: Workload) -> Precision {
     match workload {

@@ -119,11 +119,7 @@ pub fn judge_peers(
                 standing.value,
                 standing.ratio * 100.0
             ),
-            verdict: if standing.low_outlier {
-                Verdict::Fail
-            } else {
-                Verdict::Pass
-            },
+            verdict: Verdict::pass_if(!standing.low_outlier),
         });
     }
 }

@@ -53,11 +53,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             } else {
                 serious.join("; ")
             },
-            verdict: if serious.is_empty() {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            verdict: Verdict::pass_if(serious.is_empty()),
         });
     }
     for event in events.iter().filter(|e| !e.known_gpu) {

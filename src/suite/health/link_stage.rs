@@ -161,7 +161,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                 subject: subject.clone(),
                 expected: format!("{} GT/s ×{width}", speed.mts as f64 / 1000.0),
                 found: link.describe(),
-                verdict: if full { Verdict::Pass } else { Verdict::Fail },
+                verdict: Verdict::pass_if(full),
             });
         }
         let (gts, width) = link
@@ -197,11 +197,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                     "at most {allowed} (bit-error rate {BIT_ERROR_RATE:e} over {seconds:.0} s)"
                 ),
                 found: format!("{replays}"),
-                verdict: if replays > allowed {
-                    Verdict::Fail
-                } else {
-                    Verdict::Pass
-                },
+                verdict: Verdict::pass_if(replays <= allowed),
             });
         }
         report.checks.push(Check {

@@ -112,11 +112,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             } else {
                 problems.join("; ")
             },
-            verdict: if problems.is_empty() {
-                Verdict::Pass
-            } else {
-                Verdict::Fail
-            },
+            verdict: Verdict::pass_if(problems.is_empty()),
         });
     }
     report.finish(None)

@@ -36,6 +36,13 @@ impl Exposition {
         let _ = writeln!(self.text, "# TYPE {name} {}", kind.as_str());
     }
 
+    /// One sample of the gauge family `name`, with the family's HELP and TYPE written
+    /// first when it is new.
+    pub fn gauge(&mut self, name: &'static str, help: &str, labels: &[(&str, &str)], value: f64) {
+        self.family(name, Kind::Gauge, help);
+        self.sample(name, labels, value);
+    }
+
     /// A family with its one sample.
     pub fn single(&mut self, name: &'static str, kind: Kind, help: &str, value: f64) {
         self.family(name, kind, help);

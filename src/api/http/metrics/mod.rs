@@ -61,13 +61,9 @@ pub fn render(s: &Snapshot<'_>) -> String {
 
 fn agent(out: &mut Exposition, s: &Snapshot<'_>) {
     let status = s.status;
-    out.family(
+    out.gauge(
         "tinyperf_box_info",
-        Kind::Gauge,
         "Always 1; the labels name the SKU the box was judged as, the agent version and the host name.",
-    );
-    out.sample(
-        "tinyperf_box_info",
         &[
             ("sku", &status.sku),
             ("version", &status.version),
@@ -176,14 +172,8 @@ mod tests {
     ) -> RunRecord {
         let mut run = RunRecord::new(id.into(), suite.into(), Trigger::Http, Default::default());
         run.stages.push(StageResult {
-            name: stage.into(),
-            verdict: Verdict::Pass,
-            started_at: Utc::now(),
-            finished_at: Utc::now(),
-            metrics,
             checks,
-            findings: vec![],
-            message: None,
+            ..StageResult::measured(stage, Verdict::Pass, Utc::now(), metrics)
         });
         run.finish(RunState::Passed, None);
         run

@@ -127,13 +127,9 @@ fn suites(out: &mut Exposition, latest: &LatestResults) {
     }
     for suite in &latest.suites {
         if let Some(at) = suite.finished_at {
-            out.family(
+            out.gauge(
                 "tinyperf_suite_result_timestamp_seconds",
-                Kind::Gauge,
                 "When each suite's newest finished run ended, in Unix seconds.",
-            );
-            out.sample(
-                "tinyperf_suite_result_timestamp_seconds",
                 &[("suite", &suite.suite)],
                 unix_seconds(at),
             );
@@ -141,13 +137,9 @@ fn suites(out: &mut Exposition, latest: &LatestResults) {
     }
     for suite in &latest.suites {
         if let Some(duration) = suite.duration_s {
-            out.family(
+            out.gauge(
                 "tinyperf_suite_duration_seconds",
-                Kind::Gauge,
                 "How long each suite's newest finished run took.",
-            );
-            out.sample(
-                "tinyperf_suite_duration_seconds",
                 &[("suite", &suite.suite)],
                 duration,
             );
@@ -179,13 +171,9 @@ fn stages(out: &mut Exposition, latest: &LatestResults) {
     }
     for stage in &latest.stages {
         if let Some(at) = stage.finished_at {
-            out.family(
+            out.gauge(
                 "tinyperf_stage_result_timestamp_seconds",
-                Kind::Gauge,
                 "When the run that gave each stage's newest result ended, in Unix seconds.",
-            );
-            out.sample(
-                "tinyperf_stage_result_timestamp_seconds",
                 &[("suite", &stage.suite), ("stage", &stage.stage)],
                 unix_seconds(at),
             );
@@ -199,9 +187,9 @@ fn figures(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
     for (figure_name, family) in FIGURES {
         for stage in &latest.stages {
             for figure in stage.figures.iter().filter(|f| f.name == *figure_name) {
-                out.family(family.name, Kind::Gauge, family.help);
-                out.sample(
+                out.gauge(
                     family.name,
+                    family.help,
                     &[("suite", &stage.suite), ("stage", &stage.stage)],
                     figure.value * family.scale,
                 );
@@ -216,9 +204,9 @@ fn figures(out: &mut Exposition, latest: &LatestResults, hardware: &Value) {
         {
             let address = figure.subject.as_deref().unwrap_or("");
             let gpu = gpu_index(hardware, address).unwrap_or(runtime_index);
-            out.family(GPU_GEMM.name, Kind::Gauge, GPU_GEMM.help);
-            out.sample(
+            out.gauge(
                 GPU_GEMM.name,
+                GPU_GEMM.help,
                 &[
                     ("suite", &stage.suite),
                     ("stage", &stage.stage),

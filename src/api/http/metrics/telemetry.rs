@@ -21,57 +21,53 @@ pub fn render(out: &mut Exposition, timed: &TimedSample) {
         let address = gpu.address.as_deref().unwrap_or("");
         let labels = [("gpu", index.as_str()), ("pci_address", address)];
         if let Some(watts) = gpu.power_w {
-            out.family(
+            out.gauge(
                 "tinyperf_gpu_power_watts",
-                Kind::Gauge,
                 "Power the GPU draws, during a run.",
+                &labels,
+                watts,
             );
-            out.sample("tinyperf_gpu_power_watts", &labels, watts);
         }
         for t in &gpu.temperatures {
             let with_sensor = [labels[0], labels[1], ("sensor", t.label.as_str())];
-            out.family(
+            out.gauge(
                 "tinyperf_gpu_temperature_celsius",
-                Kind::Gauge,
                 "GPU temperature by sensor (edge, junction, mem; gpu on NVIDIA), during a run.",
+                &with_sensor,
+                t.celsius,
             );
-            out.sample("tinyperf_gpu_temperature_celsius", &with_sensor, t.celsius);
             if let Some(limit) = t.limit_c {
-                out.family(
+                out.gauge(
                     "tinyperf_gpu_temperature_limit_celsius",
-                    Kind::Gauge,
                     "Temperature at which the GPU starts protecting itself, by sensor.",
-                );
-                out.sample(
-                    "tinyperf_gpu_temperature_limit_celsius",
                     &with_sensor,
                     limit,
                 );
             }
         }
         if let Some(mhz) = gpu.sm_clock_mhz {
-            out.family(
+            out.gauge(
                 "tinyperf_gpu_sm_clock_hertz",
-                Kind::Gauge,
                 "GPU shader (SM) clock, during a run.",
+                &labels,
+                mhz * MHZ,
             );
-            out.sample("tinyperf_gpu_sm_clock_hertz", &labels, mhz * MHZ);
         }
         if let Some(mhz) = gpu.mem_clock_mhz {
-            out.family(
+            out.gauge(
                 "tinyperf_gpu_memory_clock_hertz",
-                Kind::Gauge,
                 "GPU memory clock, during a run.",
+                &labels,
+                mhz * MHZ,
             );
-            out.sample("tinyperf_gpu_memory_clock_hertz", &labels, mhz * MHZ);
         }
         if let Some(percent) = gpu.util_percent {
-            out.family(
+            out.gauge(
                 "tinyperf_gpu_utilization_ratio",
-                Kind::Gauge,
                 "Share of time the GPU was busy, 0 to 1, during a run.",
+                &labels,
+                percent / 100.0,
             );
-            out.sample("tinyperf_gpu_utilization_ratio", &labels, percent / 100.0);
         }
         if let Some(reasons) = &gpu.throttling {
             out.family(

@@ -153,19 +153,13 @@ mod tests {
             Default::default(),
         );
         record.stages.push(StageResult {
-            name: "gpu-memory".into(),
-            verdict: Verdict::Fail,
-            started_at: Utc::now(),
-            finished_at: Utc::now(),
-            metrics: Vec::new(),
             checks: vec![
                 check("0000:03:00.0", Verdict::Pass),
                 check("0000:04:00.0", Verdict::Fail),
                 check("0000:03:00.0", Verdict::Pass),
                 check("0000:04:00.0", Verdict::Error),
             ],
-            findings: Vec::new(),
-            message: None,
+            ..StageResult::measured("gpu-memory", Verdict::Fail, Utc::now(), Vec::new())
         });
         let state = PageState::new(Prices::default());
         assert!(state.health("h1").is_none());
