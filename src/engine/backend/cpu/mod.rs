@@ -119,6 +119,56 @@ fn check_same(op: &'static str, a: &CpuBuffer, b: &CpuBuffer) -> Result<()> {
     check(op, "second operand", b, a.as_slice().len())
 }
 
+/// One convolution pass: its name for errors, the direct kernel (which returns false
+/// for a shape it does not take) and the im2col + GEMM path that serves every shape.
+struct ConvPass {
+    op: &'static str,
+    direct: fn(&Conv2dParams, &[f32], &[f32], &mut [f32]) -> bool,
+    tiled: fn(&Conv2dParams, conv::Tiling, &[f32], &[f32], &mut [f32]),
+}
+
+const CONV_FORWARD: ConvPass = ConvPass {
+    op: "conv2d_forward",
+    direct: direct_conv::forward,
+    tiled: conv::forward,
+};
+const CONV_BACKWARD_DATA: ConvPass = ConvPass {
+    op: "conv2d_backward_data",
+    direct: direct_conv::backward_data,
+    tiled: conv::backward_data,
+};
+const CONV_BACKWARD_FILTER: ConvPass = ConvPass {
+    op: "conv2d_backward_filter",
+    direct: direct_conv::backward_filter,
+    tiled: conv::backward_filter,
+};
+
+/// An operand as a convolution checks it: its name, the buffer and the length it must have.
+type ConvOperand<'a> = (&'static str, &'a CpuBuffer, usize);
+
+impl CpuBackend {
+    /// Checks the two operands `pass` reads and the one it writes, then runs it: the
+    /// direct kernel where enabled and it takes the shape, the tiled path otherwise.
+    fn convolve(
+        &self,
+        pass: &ConvPass,
+        p: &Conv2dParams,
+        a: ConvOperand<'_>,
+        b: ConvOperand<'_>,
+        (out_name, out, out_len): (&'static str, &mut CpuBuffer, usize),
+    ) -> Result<()> {
+        p.validate()?;
+        check(pass.op, a.0, a.1, a.2)?;
+        check(pass.op, b.0, b.1, b.2)?;
+        check(pass.op, out_name, out, out_len)?;
+        let (a, b, out) = (a.1.as_slice(), b.1.as_slice(), out.as_mut_slice());
+        if !(self.direct_convolutions && (pass.direct)(p, a, b, out)) {
+            (pass.tiled)(p, self.tiling, a, b, out);
+        }
+        Ok(())
+    }
+}
+
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
 
@@ -177,16 +227,8 @@ impl Backend for CpuBackend {
         w: &CpuBuffer,
         y: &mut CpuBuffer,
     ) -> Result<()> {
-        const OP: &str = "conv2d_forward";
-        p.validate()?;
-        check(OP, "x", x, p.input_len())?;
-        check(OP, "w", w, p.weight_len())?;
-        check(OP, "y", y, p.output_len())?;
-        let (x, w, y) = (x.as_slice(), w.as_slice(), y.as_mut_slice());
-        if !(self.direct_convolutions && direct_conv::forward(p, x, w, y)) {
-            conv::forward(p, self.tiling, x, w, y);
-        }
-        Ok(())
+        let (x, w) = (("x", x, p.input_len()), ("w", w, p.weight_len()));
+        self.convolve(&CONV_FORWARD, p, x, w, ("y", y, p.output_len()))
     }
 
     fn conv2d_backward_data(
@@ -196,16 +238,8 @@ impl Backend for CpuBackend {
         w: &CpuBuffer,
         dx: &mut CpuBuffer,
     ) -> Result<()> {
-        const OP: &str = "conv2d_backward_data";
-        p.validate()?;
-        check(OP, "dy", dy, p.output_len())?;
-        check(OP, "w", w, p.weight_len())?;
-        check(OP, "dx", dx, p.input_len())?;
-        let (dy, w, dx) = (dy.as_slice(), w.as_slice(), dx.as_mut_slice());
-        if !(self.direct_convolutions && direct_conv::backward_data(p, dy, w, dx)) {
-            conv::backward_data(p, self.tiling, dy, w, dx);
-        }
-        Ok(())
+        let (dy, w) = (("dy", dy, p.output_len()), ("w", w, p.weight_len()));
+        self.convolve(&CONV_BACKWARD_DATA, p, dy, w, ("dx", dx, p.input_len()))
     }
 
     fn conv2d_backward_filter(
@@ -215,16 +249,8 @@ impl Backend for CpuBackend {
         dy: &CpuBuffer,
         dw: &mut CpuBuffer,
     ) -> Result<()> {
-        const OP: &str = "conv2d_backward_filter";
-        p.validate()?;
-        check(OP, "x", x, p.input_len())?;
-        check(OP, "dy", dy, p.output_len())?;
-        check(OP, "dw", dw, p.weight_len())?;
-        let (x, dy, dw) = (x.as_slice(), dy.as_slice(), dw.as_mut_slice());
-        if !(self.direct_convolutions && direct_conv::backward_filter(p, x, dy, dw)) {
-            conv::backward_filter(p, self.tiling, x, dy, dw);
-        }
-        Ok(())
+        let (x, dy) = (("x", x, p.input_len()), ("dy", dy, p.output_len()));
+        self.convolve(&CONV_BACKWARD_FILTER, p, x, dy, ("dw", dw, p.weight_len()))
     }
 
     fn batch_norm_forward_train(
