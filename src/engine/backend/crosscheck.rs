@@ -143,6 +143,12 @@ struct Pair<'a, T: Backend, R: Backend> {
     results: Vec<OpComparison>,
 }
 
+/// Batch norm's gradients on the test backend and on the reference.
+type BnGradsPair<T, R> = (
+    BatchNormGrads<<T as Backend>::Buffer>,
+    BatchNormGrads<<R as Backend>::Buffer>,
+);
+
 struct Both<T: Backend, R: Backend> {
     t: T::Buffer,
     r: R::Buffer,
@@ -209,10 +215,7 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
     }
 
     /// Batch norm's dγ and dβ, allocated on each backend.
-    fn bn_grads(
-        &mut self,
-        c: usize,
-    ) -> Result<(BatchNormGrads<T::Buffer>, BatchNormGrads<R::Buffer>)> {
+    fn bn_grads(&mut self, c: usize) -> Result<BnGradsPair<T, R>> {
         let t = BatchNormGrads {
             gamma: self.test.alloc(c)?,
             beta: self.test.alloc(c)?,
