@@ -19,8 +19,7 @@ pub(super) fn forward(
     y: &mut GpuBuffer,
 ) -> Result<()> {
     const OP: &str = DATA_FORWARD.op;
-    let (src, dst) = (("x", x, p.input_len()), ("y", &mut *y, p.output_len()));
-    let Some(x) = start_data_pass(gpu, &DATA_FORWARD, p, src, w, dst)? else {
+    let Some(x) = start_data_pass(gpu, &DATA_FORWARD, p, x, w, y)? else {
         return Ok(());
     };
     let s = gpu.precision;
@@ -56,8 +55,7 @@ pub(super) fn backward_data(
     dx: &mut GpuBuffer,
 ) -> Result<()> {
     const OP: &str = DATA_BACKWARD.op;
-    let (src, dst) = (("dy", dy, p.output_len()), ("dx", &mut *dx, p.input_len()));
-    let Some(dy) = start_data_pass(gpu, &DATA_BACKWARD, p, src, w, dst)? else {
+    let Some(dy) = start_data_pass(gpu, &DATA_BACKWARD, p, dy, w, dx)? else {
         return Ok(());
     };
     let s = gpu.precision;
@@ -99,11 +97,16 @@ pub(super) fn backward_data(
     Ok(())
 }
 
+/// An operand's name in errors and the length a convolution's shape gives it.
+type ConvOperand = (&'static str, fn(&Conv2dParams) -> usize);
+
 /// What tells the two passes that read activations and weights and write activations
 /// (the forward and the backward data) apart where they share their start.
 struct DataPass {
     /// The op's name in errors.
     op: &'static str,
+    /// The source's and the destination's names in errors, and the lengths they must have.
+    operands: [ConvOperand; 2],
     /// The DNN library's pass and its name in timings.
     dnn: (DnnConvOp, &'static str),
     /// The pointwise case's one GEMM, from `(p, rows, src, w, dst)`.
@@ -112,32 +115,40 @@ struct DataPass {
 
 const DATA_FORWARD: DataPass = DataPass {
     op: "conv2d_forward",
+    operands: [
+        ("x", Conv2dParams::input_len),
+        ("y", Conv2dParams::output_len),
+    ],
     dnn: (DnnConvOp::Forward, "cudnn forward"),
     gemm: conv_gemm::forward,
 };
 
 const DATA_BACKWARD: DataPass = DataPass {
     op: "conv2d_backward_data",
+    operands: [
+        ("dy", Conv2dParams::output_len),
+        ("dx", Conv2dParams::input_len),
+    ],
     dnn: (DnnConvOp::BackwardData, "cudnn backward data"),
     gemm: conv_gemm::backward_data,
 };
 
-/// Checks `src` (read), the f32 weights `w` and `dst` (written), each operand named and
-/// with the length it must have, and readies `dst` in the storage format. A pointwise
+/// Checks the shape, `src` (read), the f32 weights `w` and `dst` (written), and readies `dst` in the storage format. A pointwise
 /// convolution, or any on the DNN path, runs here and gives `None`; otherwise the caller's
 /// own path goes on from `src` in the storage format.
 fn start_data_pass<'a>(
     gpu: &GpuBackend,
     pass: &DataPass,
     p: &Conv2dParams,
-    (src_name, src, src_len): (&'static str, &'a GpuBuffer, usize),
+    src: &'a GpuBuffer,
     w: &GpuBuffer,
-    (dst_name, dst, dst_len): (&'static str, &mut GpuBuffer, usize),
+    dst: &mut GpuBuffer,
 ) -> Result<Option<Operand<'a>>> {
     p.validate()?;
-    gpu.check(pass.op, src_name, src, src_len)?;
+    let [(src_name, src_len), (dst_name, dst_len)] = pass.operands;
+    gpu.check(pass.op, src_name, src, src_len(p))?;
     gpu.check(pass.op, "w", w, p.weight_len())?;
-    gpu.check_output(pass.op, dst_name, dst, dst_len)?;
+    gpu.check_output(pass.op, dst_name, dst, dst_len(p))?;
     gpu.require_f32(pass.op, "w", w)?;
     let s = gpu.precision;
     let src = gpu.in_format(src, s)?;
