@@ -143,6 +143,12 @@ struct Pair<'a, T: Backend, R: Backend> {
     results: Vec<OpComparison>,
 }
 
+/// Batch norm's gradients on the test backend and on the reference.
+type BnGradsPair<T, R> = (
+    BatchNormGrads<<T as Backend>::Buffer>,
+    BatchNormGrads<<R as Backend>::Buffer>,
+);
+
 struct Both<T: Backend, R: Backend> {
     t: T::Buffer,
     r: R::Buffer,
@@ -186,13 +192,39 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
     }
 
     fn record(&mut self, op: &str, output: &str, b: &Both<T, R>, tolerance: f64) -> Result<()> {
-        let mut got = vec![0.0; self.test.buffer_len(&b.t)];
-        let mut want = vec![0.0; self.reference.buffer_len(&b.r)];
-        self.test.download(&b.t, &mut got)?;
-        self.reference.download(&b.r, &mut want)?;
+        self.record_pair(op, output, &b.t, &b.r, tolerance)
+    }
+
+    /// Downloads the test backend's `t` and the reference's `r` and records how far apart
+    /// they are as `op`'s `output`.
+    fn record_pair(
+        &mut self,
+        op: &str,
+        output: &str,
+        t: &T::Buffer,
+        r: &R::Buffer,
+        tolerance: f64,
+    ) -> Result<()> {
+        let mut got = vec![0.0; self.test.buffer_len(t)];
+        let mut want = vec![0.0; self.reference.buffer_len(r)];
+        self.test.download(t, &mut got)?;
+        self.reference.download(r, &mut want)?;
         self.results
             .push(compare(op, output, &got, &want, tolerance));
         Ok(())
+    }
+
+    /// Batch norm's dγ and dβ, allocated on each backend.
+    fn bn_grads(&mut self, c: usize) -> Result<BnGradsPair<T, R>> {
+        let t = BatchNormGrads {
+            gamma: self.test.alloc(c)?,
+            beta: self.test.alloc(c)?,
+        };
+        let r = BatchNormGrads {
+            gamma: self.reference.alloc(c)?,
+            beta: self.reference.alloc(c)?,
+        };
+        Ok((t, r))
     }
 
     fn conv(&mut self, label: &str, p: Conv2dParams) -> Result<()> {
@@ -263,12 +295,7 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
             ("saved inv_std", &saved_t.inv_std, &saved_r.inv_std),
         ];
         for (name, t, r) in pairs {
-            let mut got = vec![0.0; c];
-            let mut want = vec![0.0; c];
-            self.test.download(t, &mut got)?;
-            self.reference.download(r, &mut want)?;
-            self.results
-                .push(compare("batch_norm_forward_train", name, &got, &want, e));
+            self.record_pair("batch_norm_forward_train", name, t, r, e)?;
         }
         let mut y_eval = self.alloc(p.rows * c)?;
         self.test
@@ -278,14 +305,7 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
         self.record("batch_norm_forward_eval", "y", &y_eval, e)?;
         let dy = self.random(p.rows * c, 1.0)?;
         let mut dx = self.alloc(p.rows * c)?;
-        let mut grads_t = BatchNormGrads {
-            gamma: self.test.alloc(c)?,
-            beta: self.test.alloc(c)?,
-        };
-        let mut grads_r = BatchNormGrads {
-            gamma: self.reference.alloc(c)?,
-            beta: self.reference.alloc(c)?,
-        };
+        let (mut grads_t, mut grads_r) = self.bn_grads(c)?;
         self.test.batch_norm_backward(
             &p,
             &x.t,
@@ -330,14 +350,7 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
         self.record("batch_norm_relu_forward_eval", "y", &y_relu_eval, e)?;
         let mut dy_relu = self.random(p.rows * c, 1.0)?;
         let mut dx_relu = self.alloc(p.rows * c)?;
-        let mut grads_relu_t = BatchNormGrads {
-            gamma: self.test.alloc(c)?,
-            beta: self.test.alloc(c)?,
-        };
-        let mut grads_relu_r = BatchNormGrads {
-            gamma: self.reference.alloc(c)?,
-            beta: self.reference.alloc(c)?,
-        };
+        let (mut grads_relu_t, mut grads_relu_r) = self.bn_grads(c)?;
         self.test.batch_norm_relu_backward(
             &p,
             &x.t,
@@ -363,23 +376,13 @@ impl<'a, T: Backend, R: Backend> Pair<'a, T, R> {
             ("dgamma", &grads_relu_t.gamma, &grads_relu_r.gamma),
             ("dbeta", &grads_relu_t.beta, &grads_relu_r.beta),
         ] {
-            let mut got = vec![0.0; c];
-            let mut want = vec![0.0; c];
-            self.test.download(t, &mut got)?;
-            self.reference.download(r, &mut want)?;
-            self.results
-                .push(compare("batch_norm_relu_backward", name, &got, &want, e));
+            self.record_pair("batch_norm_relu_backward", name, t, r, e)?;
         }
         for (name, t, r) in [
             ("dgamma", &grads_t.gamma, &grads_r.gamma),
             ("dbeta", &grads_t.beta, &grads_r.beta),
         ] {
-            let mut got = vec![0.0; c];
-            let mut want = vec![0.0; c];
-            self.test.download(t, &mut got)?;
-            self.reference.download(r, &mut want)?;
-            self.results
-                .push(compare("batch_norm_backward", name, &got, &want, e));
+            self.record_pair("batch_norm_backward", name, t, r, e)?;
         }
         Ok(())
     }

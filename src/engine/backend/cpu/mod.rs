@@ -119,6 +119,74 @@ fn check_same(op: &'static str, a: &CpuBuffer, b: &CpuBuffer) -> Result<()> {
     check(op, "second operand", b, a.as_slice().len())
 }
 
+/// An operand's name in errors and the length a convolution's shape gives it.
+type ConvOperand = (&'static str, fn(&Conv2dParams) -> usize);
+
+/// One convolution pass: its name for errors, the direct kernel (which returns false
+/// for a shape it does not take) and the im2col + GEMM path that serves every shape.
+struct ConvPass {
+    op: &'static str,
+    /// The two operands' and the output's names in errors, and the lengths they must have.
+    operands: [ConvOperand; 3],
+    direct: fn(&Conv2dParams, &[f32], &[f32], &mut [f32]) -> bool,
+    tiled: fn(&Conv2dParams, conv::Tiling, &[f32], &[f32], &mut [f32]),
+}
+
+const CONV_FORWARD: ConvPass = ConvPass {
+    op: "conv2d_forward",
+    operands: [
+        ("x", Conv2dParams::input_len),
+        ("w", Conv2dParams::weight_len),
+        ("y", Conv2dParams::output_len),
+    ],
+    direct: direct_conv::forward,
+    tiled: conv::forward,
+};
+const CONV_BACKWARD_DATA: ConvPass = ConvPass {
+    op: "conv2d_backward_data",
+    operands: [
+        ("dy", Conv2dParams::output_len),
+        ("w", Conv2dParams::weight_len),
+        ("dx", Conv2dParams::input_len),
+    ],
+    direct: direct_conv::backward_data,
+    tiled: conv::backward_data,
+};
+const CONV_BACKWARD_FILTER: ConvPass = ConvPass {
+    op: "conv2d_backward_filter",
+    operands: [
+        ("x", Conv2dParams::input_len),
+        ("dy", Conv2dParams::output_len),
+        ("dw", Conv2dParams::weight_len),
+    ],
+    direct: direct_conv::backward_filter,
+    tiled: conv::backward_filter,
+};
+
+impl CpuBackend {
+    /// Checks the shape, the two operands `pass` reads and the one it writes, then runs it:
+    /// the direct kernel where enabled and it takes the shape, the tiled path otherwise.
+    fn convolve(
+        &self,
+        pass: &ConvPass,
+        p: &Conv2dParams,
+        a: &CpuBuffer,
+        b: &CpuBuffer,
+        out: &mut CpuBuffer,
+    ) -> Result<()> {
+        p.validate()?;
+        let [(a_name, a_len), (b_name, b_len), (out_name, out_len)] = pass.operands;
+        check(pass.op, a_name, a, a_len(p))?;
+        check(pass.op, b_name, b, b_len(p))?;
+        check(pass.op, out_name, out, out_len(p))?;
+        let (a, b, out) = (a.as_slice(), b.as_slice(), out.as_mut_slice());
+        if !(self.direct_convolutions && (pass.direct)(p, a, b, out)) {
+            (pass.tiled)(p, self.tiling, a, b, out);
+        }
+        Ok(())
+    }
+}
+
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
 
@@ -177,16 +245,7 @@ impl Backend for CpuBackend {
         w: &CpuBuffer,
         y: &mut CpuBuffer,
     ) -> Result<()> {
-        const OP: &str = "conv2d_forward";
-        p.validate()?;
-        check(OP, "x", x, p.input_len())?;
-        check(OP, "w", w, p.weight_len())?;
-        check(OP, "y", y, p.output_len())?;
-        let (x, w, y) = (x.as_slice(), w.as_slice(), y.as_mut_slice());
-        if !(self.direct_convolutions && direct_conv::forward(p, x, w, y)) {
-            conv::forward(p, self.tiling, x, w, y);
-        }
-        Ok(())
+        self.convolve(&CONV_FORWARD, p, x, w, y)
     }
 
     fn conv2d_backward_data(
@@ -196,16 +255,7 @@ impl Backend for CpuBackend {
         w: &CpuBuffer,
         dx: &mut CpuBuffer,
     ) -> Result<()> {
-        const OP: &str = "conv2d_backward_data";
-        p.validate()?;
-        check(OP, "dy", dy, p.output_len())?;
-        check(OP, "w", w, p.weight_len())?;
-        check(OP, "dx", dx, p.input_len())?;
-        let (dy, w, dx) = (dy.as_slice(), w.as_slice(), dx.as_mut_slice());
-        if !(self.direct_convolutions && direct_conv::backward_data(p, dy, w, dx)) {
-            conv::backward_data(p, self.tiling, dy, w, dx);
-        }
-        Ok(())
+        self.convolve(&CONV_BACKWARD_DATA, p, dy, w, dx)
     }
 
     fn conv2d_backward_filter(
@@ -215,16 +265,7 @@ impl Backend for CpuBackend {
         dy: &CpuBuffer,
         dw: &mut CpuBuffer,
     ) -> Result<()> {
-        const OP: &str = "conv2d_backward_filter";
-        p.validate()?;
-        check(OP, "x", x, p.input_len())?;
-        check(OP, "dy", dy, p.output_len())?;
-        check(OP, "dw", dw, p.weight_len())?;
-        let (x, dy, dw) = (x.as_slice(), dy.as_slice(), dw.as_mut_slice());
-        if !(self.direct_convolutions && direct_conv::backward_filter(p, x, dy, dw)) {
-            conv::backward_filter(p, self.tiling, x, dy, dw);
-        }
-        Ok(())
+        self.convolve(&CONV_BACKWARD_FILTER, p, x, dy, dw)
     }
 
     fn batch_norm_forward_train(

@@ -226,6 +226,38 @@ fn bn_reference(x: &[f32], rows: usize, c: usize) -> (Vec<f64>, Vec<f64>) {
     (mean, var)
 }
 
+/// Batch norm over `rows` rows with eps 1e-5 and momentum 0.1, its buffers uploaded from
+/// `[gamma, beta, running mean, running var]` (one value a channel) and zeroed saved
+/// statistics.
+fn bn_state(
+    b: &CpuBackend,
+    rows: usize,
+    [gamma, beta, running_mean, running_var]: [&[f32]; 4],
+) -> (
+    BatchNormParams,
+    BatchNormBuffers<CpuBuffer>,
+    BatchNormSaved<CpuBuffer>,
+) {
+    let c = gamma.len();
+    let p = BatchNormParams {
+        rows,
+        channels: c,
+        eps: 1e-5,
+        momentum: 0.1,
+    };
+    let bn = BatchNormBuffers {
+        gamma: b.upload(gamma).unwrap(),
+        beta: b.upload(beta).unwrap(),
+        running_mean: b.upload(running_mean).unwrap(),
+        running_var: b.upload(running_var).unwrap(),
+    };
+    let saved = BatchNormSaved {
+        mean: b.zeros(c).unwrap(),
+        inv_std: b.zeros(c).unwrap(),
+    };
+    (p, bn, saved)
+}
+
 #[test]
 fn batch_norm_training_normalises_and_updates_running_stats_like_pytorch() {
     let b = CpuBackend::new();
@@ -234,22 +266,8 @@ fn batch_norm_training_normalises_and_updates_running_stats_like_pytorch() {
     let x = uniform(rows * c, 4, 2.0, 5.0);
     let gamma = [0.5f32, 1.0, 2.0];
     let beta = [0.0f32, -1.0, 0.25];
-    let p = BatchNormParams {
-        rows,
-        channels: c,
-        eps: 1e-5,
-        momentum: 0.1,
-    };
-    let mut bn = BatchNormBuffers {
-        gamma: b.upload(&gamma).unwrap(),
-        beta: b.upload(&beta).unwrap(),
-        running_mean: b.upload(&[1.0, 0.0, -1.0]).unwrap(),
-        running_var: b.upload(&[1.0, 2.0, 3.0]).unwrap(),
-    };
-    let mut saved = BatchNormSaved {
-        mean: b.zeros(c).unwrap(),
-        inv_std: b.zeros(c).unwrap(),
-    };
+    let running = ([1.0, 0.0, -1.0], [1.0, 2.0, 3.0]);
+    let (p, mut bn, mut saved) = bn_state(&b, rows, [&gamma, &beta, &running.0, &running.1]);
     let mut y = b.zeros(rows * c).unwrap();
     b.batch_norm_forward_train(&p, &b.upload(&x).unwrap(), &mut bn, &mut saved, &mut y)
         .unwrap();
@@ -322,22 +340,8 @@ fn batch_norm_on_whole_vectors_of_channels_matches_f64_formulas() {
         let dy = uniform(rows * c, 12, -1.0, 1.0);
         let gamma = uniform(c, 13, 0.5, 2.0);
         let beta = uniform(c, 14, -1.0, 1.0);
-        let p = BatchNormParams {
-            rows,
-            channels: c,
-            eps: 1e-5,
-            momentum: 0.1,
-        };
-        let mut bn = BatchNormBuffers {
-            gamma: b.upload(&gamma).unwrap(),
-            beta: b.upload(&beta).unwrap(),
-            running_mean: b.zeros(c).unwrap(),
-            running_var: b.upload(&vec![1.0; c]).unwrap(),
-        };
-        let mut saved = BatchNormSaved {
-            mean: b.zeros(c).unwrap(),
-            inv_std: b.zeros(c).unwrap(),
-        };
+        let (p, mut bn, mut saved) =
+            bn_state(&b, rows, [&gamma, &beta, &vec![0.0; c], &vec![1.0; c]]);
         let xb = b.upload(&x).unwrap();
         let mut y = b.upload(&vec![7.0; rows * c]).unwrap();
         b.batch_norm_forward_train(&p, &xb, &mut bn, &mut saved, &mut y)

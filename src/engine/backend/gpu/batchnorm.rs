@@ -21,6 +21,60 @@ pub(super) enum BnEpilogue<'a> {
     AddRelu(&'a GpuBuffer),
 }
 
+/// What [`partial_sums`] adds up per channel over a slab of rows.
+enum BnSums {
+    /// Σ(x − x₀) and Σ(x − x₀)², about the first row x₀: the forward's batch statistics.
+    Statistics,
+    /// Σdy and Σdy·(x − mean): the backward's, with dy masked by `relu_out > 0` when given.
+    Gradient {
+        dy: DevicePtr,
+        mean: DevicePtr,
+        relu_out: Option<DevicePtr>,
+    },
+}
+
+/// Launches the per-channel partial sums of `x` (in the storage format) over slabs of
+/// [`launch::BN_ROWS_PER_SLAB`] rows; returns the slab count and the two f32
+/// `[slabs, c]` partials that a finalize kernel reduces.
+fn partial_sums(
+    gpu: &GpuBackend,
+    rows: usize,
+    c: usize,
+    x: DevicePtr,
+    sums: BnSums,
+) -> Result<(usize, GpuBuffer, GpuBuffer)> {
+    // The kernel reads the pointers its mode needs; the others only have to be valid.
+    let (dy, mean, relu_out, mode) = match sums {
+        BnSums::Statistics => (x, x, x, 0),
+        BnSums::Gradient { dy, mean, relu_out } => (
+            dy,
+            mean,
+            relu_out.unwrap_or(x),
+            if relu_out.is_some() { 2 } else { 1 },
+        ),
+    };
+    let slabs = launch::bn_slabs(rows);
+    let p1 = gpu.scratch(slabs * c, Precision::Fp32)?;
+    let p2 = gpu.scratch(slabs * c, Precision::Fp32)?;
+    gpu.launch(
+        &storage_kernel("bn_partial_sums", gpu.precision),
+        launch::bn_partials(rows, c),
+        &[
+            KernelArg::Ptr(x),
+            KernelArg::Ptr(dy),
+            KernelArg::Ptr(mean),
+            KernelArg::Ptr(relu_out),
+            i64_arg(rows),
+            i32_arg(c),
+            i32_arg(launch::BN_ROWS_PER_SLAB),
+            KernelArg::I32(mode),
+            KernelArg::Ptr(p1.ptr),
+            KernelArg::Ptr(p2.ptr),
+        ],
+    )?;
+    Ok((slabs, p1, p2))
+}
+
 pub(super) fn add_relu_forward_train(
     gpu: &GpuBackend,
     p: &BatchNormParams,
@@ -98,25 +152,7 @@ pub(super) fn forward_train(
     let x = gpu.in_format(x, s)?;
     gpu.output(&mut saved.mean, Precision::Fp32)?;
     gpu.output(&mut saved.inv_std, Precision::Fp32)?;
-    let slabs = launch::bn_slabs(rows);
-    let p1 = gpu.scratch(slabs * c, Precision::Fp32)?;
-    let p2 = gpu.scratch(slabs * c, Precision::Fp32)?;
-    gpu.launch(
-        &storage_kernel("bn_partial_sums", s),
-        launch::bn_partials(rows, c),
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(x.ptr),
-            i64_arg(rows),
-            i32_arg(c),
-            i32_arg(launch::BN_ROWS_PER_SLAB),
-            KernelArg::I32(0),
-            KernelArg::Ptr(p1.ptr),
-            KernelArg::Ptr(p2.ptr),
-        ],
-    )?;
+    let (slabs, p1, p2) = partial_sums(gpu, rows, c, x.ptr, BnSums::Statistics)?;
     let scale = gpu.scratch(c, Precision::Fp32)?;
     let shift = gpu.scratch(c, Precision::Fp32)?;
     gpu.launch(
@@ -221,25 +257,12 @@ pub(super) fn backward(
     gpu.output(dx, s)?;
     gpu.output(&mut grads.gamma, Precision::Fp32)?;
     gpu.output(&mut grads.beta, Precision::Fp32)?;
-    let slabs = launch::bn_slabs(rows);
-    let p1 = gpu.scratch(slabs * c, Precision::Fp32)?;
-    let p2 = gpu.scratch(slabs * c, Precision::Fp32)?;
-    gpu.launch(
-        &storage_kernel("bn_partial_sums", s),
-        launch::bn_partials(rows, c),
-        &[
-            KernelArg::Ptr(x.ptr),
-            KernelArg::Ptr(dy.ptr),
-            KernelArg::Ptr(saved.mean.ptr),
-            KernelArg::Ptr(relu_out.map_or(x.ptr, |y| y.ptr)),
-            i64_arg(rows),
-            i32_arg(c),
-            i32_arg(launch::BN_ROWS_PER_SLAB),
-            KernelArg::I32(if relu_out.is_some() { 2 } else { 1 }),
-            KernelArg::Ptr(p1.ptr),
-            KernelArg::Ptr(p2.ptr),
-        ],
-    )?;
+    let sums = BnSums::Gradient {
+        dy: dy.ptr,
+        mean: saved.mean.ptr,
+        relu_out: relu_out.map(|y| y.ptr),
+    };
+    let (slabs, p1, p2) = partial_sums(gpu, rows, c, x.ptr, sums)?;
     let coef = gpu.scratch(3 * c, Precision::Fp32)?;
     gpu.launch(
         "bn_backward_finalize",

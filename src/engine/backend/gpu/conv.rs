@@ -2,8 +2,8 @@
 //! implicit-GEMM kernels, or im2col + GEMM in chunks of whole images, as the backend's
 //! [`ConvPath`] says.
 
-use super::buffer::GpuBuffer;
-use super::driver::{DevicePtr, DnnConv, DnnConvOp, DriverError, KernelArg};
+use super::buffer::{GpuBuffer, Operand};
+use super::driver::{DevicePtr, DnnConv, DnnConvOp, DriverError, Gemm, KernelArg};
 use super::enqueue::{dims_fit_i32, i32_arg, i64_arg};
 use super::options::ConvPath;
 use super::source::storage_kernel;
@@ -18,38 +18,13 @@ pub(super) fn forward(
     w: &GpuBuffer,
     y: &mut GpuBuffer,
 ) -> Result<()> {
-    const OP: &str = "conv2d_forward";
-    p.validate()?;
-    gpu.check(OP, "x", x, p.input_len())?;
-    gpu.check(OP, "w", w, p.weight_len())?;
-    gpu.check_output(OP, "y", y, p.output_len())?;
-    gpu.require_f32(OP, "w", w)?;
+    const OP: &str = DATA_FORWARD.op;
+    let Some(x) = start_data_pass(gpu, &DATA_FORWARD, p, x, w, y)? else {
+        return Ok(());
+    };
     let s = gpu.precision;
-    let x = gpu.in_format(x, s)?;
-    gpu.output(y, s)?;
     let cout = p.out_c;
     let rows_per_image = p.out_h() * p.out_w();
-    if p.is_pointwise() {
-        let w = gpu.in_format(w, s)?;
-        return gpu.gemm(
-            conv_gemm::forward(p, p.batch * rows_per_image, x.ptr, w.ptr, y.ptr).with_types(s, s),
-        );
-    }
-    if gpu.conv == ConvPath::Dnn {
-        let w_dnn = weights_for_dnn(gpu, p, w, s)?;
-        return dnn_conv(
-            gpu,
-            "cudnn forward",
-            DnnConv {
-                op: DnnConvOp::Forward,
-                shape: *p,
-                x: x.ptr,
-                w: w_dnn.ptr,
-                y: y.ptr,
-                dtype: s,
-            },
-        );
-    }
     let w = gpu.in_format(w, s)?;
     if gpu.conv == ConvPath::ImplicitGemm {
         return implicit_conv(gpu, OP, conv_gemm::Pass::Forward, p, x.ptr, w.ptr, y.ptr);
@@ -79,39 +54,13 @@ pub(super) fn backward_data(
     w: &GpuBuffer,
     dx: &mut GpuBuffer,
 ) -> Result<()> {
-    const OP: &str = "conv2d_backward_data";
-    p.validate()?;
-    gpu.check(OP, "dy", dy, p.output_len())?;
-    gpu.check(OP, "w", w, p.weight_len())?;
-    gpu.check_output(OP, "dx", dx, p.input_len())?;
-    gpu.require_f32(OP, "w", w)?;
+    const OP: &str = DATA_BACKWARD.op;
+    let Some(dy) = start_data_pass(gpu, &DATA_BACKWARD, p, dy, w, dx)? else {
+        return Ok(());
+    };
     let s = gpu.precision;
-    let dy = gpu.in_format(dy, s)?;
-    gpu.output(dx, s)?;
     let cout = p.out_c;
     let rows_per_image = p.out_h() * p.out_w();
-    if p.is_pointwise() {
-        let w = gpu.in_format(w, s)?;
-        return gpu.gemm(
-            conv_gemm::backward_data(p, p.batch * rows_per_image, dy.ptr, w.ptr, dx.ptr)
-                .with_types(s, s),
-        );
-    }
-    if gpu.conv == ConvPath::Dnn {
-        let w_dnn = weights_for_dnn(gpu, p, w, s)?;
-        return dnn_conv(
-            gpu,
-            "cudnn backward data",
-            DnnConv {
-                op: DnnConvOp::BackwardData,
-                shape: *p,
-                x: dx.ptr,
-                w: w_dnn.ptr,
-                y: dy.ptr,
-                dtype: s,
-            },
-        );
-    }
     let w = gpu.in_format(w, s)?;
     if gpu.conv == ConvPath::ImplicitGemm {
         // Summed in f32 and rounded once, as col2im does.
@@ -146,6 +95,90 @@ pub(super) fn backward_data(
         gpu.elementwise(&storage_kernel("col2im", s), total, &args)?;
     }
     Ok(())
+}
+
+/// An operand's name in errors and the length a convolution's shape gives it.
+type ConvOperand = (&'static str, fn(&Conv2dParams) -> usize);
+
+/// What tells the two passes that read activations and weights and write activations
+/// (the forward and the backward data) apart where they share their start.
+struct DataPass {
+    /// The op's name in errors.
+    op: &'static str,
+    /// The source's and the destination's names in errors, and the lengths they must have.
+    operands: [ConvOperand; 2],
+    /// The DNN library's pass and its name in timings.
+    dnn: (DnnConvOp, &'static str),
+    /// The pointwise case's one GEMM, from `(p, rows, src, w, dst)`.
+    gemm: fn(&Conv2dParams, usize, DevicePtr, DevicePtr, DevicePtr) -> Gemm,
+}
+
+const DATA_FORWARD: DataPass = DataPass {
+    op: "conv2d_forward",
+    operands: [
+        ("x", Conv2dParams::input_len),
+        ("y", Conv2dParams::output_len),
+    ],
+    dnn: (DnnConvOp::Forward, "cudnn forward"),
+    gemm: conv_gemm::forward,
+};
+
+const DATA_BACKWARD: DataPass = DataPass {
+    op: "conv2d_backward_data",
+    operands: [
+        ("dy", Conv2dParams::output_len),
+        ("dx", Conv2dParams::input_len),
+    ],
+    dnn: (DnnConvOp::BackwardData, "cudnn backward data"),
+    gemm: conv_gemm::backward_data,
+};
+
+/// Checks the shape, `src` (read), the f32 weights `w` and `dst` (written), and readies `dst` in the storage format. A pointwise
+/// convolution, or any on the DNN path, runs here and gives `None`; otherwise the caller's
+/// own path goes on from `src` in the storage format.
+fn start_data_pass<'a>(
+    gpu: &GpuBackend,
+    pass: &DataPass,
+    p: &Conv2dParams,
+    src: &'a GpuBuffer,
+    w: &GpuBuffer,
+    dst: &mut GpuBuffer,
+) -> Result<Option<Operand<'a>>> {
+    p.validate()?;
+    let [(src_name, src_len), (dst_name, dst_len)] = pass.operands;
+    gpu.check(pass.op, src_name, src, src_len(p))?;
+    gpu.check(pass.op, "w", w, p.weight_len())?;
+    gpu.check_output(pass.op, dst_name, dst, dst_len(p))?;
+    gpu.require_f32(pass.op, "w", w)?;
+    let s = gpu.precision;
+    let src = gpu.in_format(src, s)?;
+    gpu.output(dst, s)?;
+    if p.is_pointwise() {
+        let w = gpu.in_format(w, s)?;
+        let rows = p.batch * p.out_h() * p.out_w();
+        gpu.gemm((pass.gemm)(p, rows, src.ptr, w.ptr, dst.ptr).with_types(s, s))?;
+        return Ok(None);
+    }
+    if gpu.conv == ConvPath::Dnn {
+        let (op, label) = pass.dnn;
+        let w_dnn = weights_for_dnn(gpu, p, w, s)?;
+        // The DNN library names the activations by the forward's x and y.
+        let (x, y) = match op {
+            DnnConvOp::Forward => (src.ptr, dst.ptr),
+            _ => (dst.ptr, src.ptr),
+        };
+        let conv = DnnConv {
+            op,
+            shape: *p,
+            x,
+            w: w_dnn.ptr,
+            y,
+            dtype: s,
+        };
+        dnn_conv(gpu, label, conv)?;
+        return Ok(None);
+    }
+    Ok(Some(src))
 }
 
 pub(super) fn backward_filter(

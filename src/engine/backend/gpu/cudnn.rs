@@ -252,14 +252,12 @@ impl Dnn {
                     fwd.as_mut_ptr(),
                 ),
             )?;
-            plan.forward = fwd[..count.max(0) as usize]
-                .iter()
-                .find(|a| {
-                    a.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
-                        && a.memory <= WORKSPACE_CAP_BYTES
-                })
-                .map(|a| (a.algo, a.memory))
-                .ok_or_else(|| no_algorithm("forward", p))?;
+            plan.forward = first_fitting(
+                &fwd[..count.max(0) as usize],
+                |a| (a.status, a.algo, a.memory),
+                "forward",
+                p,
+            )?;
             let mut bwd: [dnn::cudnnConvolutionBwdDataAlgoPerf_t; 8] = std::mem::zeroed();
             check(
                 "cudnnGetConvolutionBackwardDataAlgorithm_v7",
@@ -274,14 +272,12 @@ impl Dnn {
                     bwd.as_mut_ptr(),
                 ),
             )?;
-            plan.backward_data = bwd[..count.max(0) as usize]
-                .iter()
-                .find(|a| {
-                    a.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
-                        && a.memory <= WORKSPACE_CAP_BYTES
-                })
-                .map(|a| (a.algo, a.memory))
-                .ok_or_else(|| no_algorithm("backward data", p))?;
+            plan.backward_data = first_fitting(
+                &bwd[..count.max(0) as usize],
+                |a| (a.status, a.algo, a.memory),
+                "backward data",
+                p,
+            )?;
             let mut flt: [dnn::cudnnConvolutionBwdFilterAlgoPerf_t; 8] = std::mem::zeroed();
             check(
                 "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
@@ -296,14 +292,12 @@ impl Dnn {
                     flt.as_mut_ptr(),
                 ),
             )?;
-            plan.backward_filter = flt[..count.max(0) as usize]
-                .iter()
-                .find(|a| {
-                    a.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS
-                        && a.memory <= WORKSPACE_CAP_BYTES
-                })
-                .map(|a| (a.algo, a.memory))
-                .ok_or_else(|| no_algorithm("backward filter", p))?;
+            plan.backward_filter = first_fitting(
+                &flt[..count.max(0) as usize],
+                |a| (a.status, a.algo, a.memory),
+                "backward filter",
+                p,
+            )?;
         }
         Ok(plan)
     }
@@ -424,6 +418,25 @@ impl Dnn {
             dnn::cudnnDestroy(self.handle);
         }
     }
+}
+
+/// The first of the algorithms cuDNN ranked (fastest first) that it could run within
+/// the workspace cap, with the workspace it needs; `fields` reads a ranking entry's
+/// status, algorithm and workspace bytes, `what` names the pass in the error.
+fn first_fitting<P, A>(
+    ranked: &[P],
+    fields: impl Fn(&P) -> (dnn::cudnnStatus_t, A, usize),
+    what: &str,
+    p: &Conv2dParams,
+) -> Result<(A, usize), DriverError> {
+    ranked
+        .iter()
+        .map(fields)
+        .find(|(status, _, memory)| {
+            *status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS && *memory <= WORKSPACE_CAP_BYTES
+        })
+        .map(|(_, algo, memory)| (algo, memory))
+        .ok_or_else(|| no_algorithm(what, p))
 }
 
 fn no_algorithm(what: &str, p: &Conv2dParams) -> DriverError {

@@ -2,7 +2,7 @@
 //! as padding and are left out of the mean.
 
 use super::buffer::GpuBuffer;
-use super::driver::KernelArg;
+use super::driver::{DevicePtr, KernelArg};
 use super::enqueue::{dims_fit_i32, i32_arg};
 use super::{launch, GpuBackend};
 use crate::engine::backend::CrossEntropyParams;
@@ -29,17 +29,12 @@ pub(super) fn forward(
     gpu.output(correct, Precision::Fp32)?;
     let count = valid_labels(gpu, p, labels)?;
     let sample_loss = gpu.scratch(p.batch, Precision::Fp32)?;
-    gpu.launch(
+    per_sample(
+        gpu,
         "ce_forward",
-        launch::block_per_row(p.batch),
-        &[
-            KernelArg::Ptr(logits.ptr),
-            KernelArg::Ptr(labels.ptr),
-            i32_arg(p.classes),
-            KernelArg::F32(p.label_smoothing),
-            KernelArg::Ptr(sample_loss.ptr),
-            KernelArg::Ptr(correct.ptr),
-        ],
+        p,
+        [logits.ptr, labels.ptr],
+        [sample_loss.ptr, correct.ptr],
     )?;
     gpu.launch(
         "ce_mean",
@@ -70,17 +65,12 @@ pub(super) fn backward(
     gpu.require_f32(OP, "labels", labels)?;
     gpu.output(dlogits, Precision::Fp32)?;
     let count = valid_labels(gpu, p, labels)?;
-    gpu.launch(
+    per_sample(
+        gpu,
         "ce_backward",
-        launch::block_per_row(p.batch),
-        &[
-            KernelArg::Ptr(logits.ptr),
-            KernelArg::Ptr(labels.ptr),
-            i32_arg(p.classes),
-            KernelArg::F32(p.label_smoothing),
-            KernelArg::Ptr(count.ptr),
-            KernelArg::Ptr(dlogits.ptr),
-        ],
+        p,
+        [logits.ptr, labels.ptr],
+        [count.ptr, dlogits.ptr],
     )
 }
 
@@ -98,4 +88,27 @@ fn valid_labels(gpu: &GpuBackend, p: &CrossEntropyParams, labels: &GpuBuffer) ->
         ],
     )?;
     Ok(count)
+}
+
+/// Launches `kernel` with one block per sample over `[logits, labels]`, the class count
+/// and the label smoothing, then the two pointers of `rest` in the order it takes them.
+fn per_sample(
+    gpu: &GpuBackend,
+    kernel: &str,
+    p: &CrossEntropyParams,
+    [logits, labels]: [DevicePtr; 2],
+    rest: [DevicePtr; 2],
+) -> Result<()> {
+    gpu.launch(
+        kernel,
+        launch::block_per_row(p.batch),
+        &[
+            KernelArg::Ptr(logits),
+            KernelArg::Ptr(labels),
+            i32_arg(p.classes),
+            KernelArg::F32(p.label_smoothing),
+            KernelArg::Ptr(rest[0]),
+            KernelArg::Ptr(rest[1]),
+        ],
+    )
 }
