@@ -44,20 +44,28 @@ fn check_weight_len(op: &'static str, s: &ConvWeightShape, got: usize) -> Result
     }
 }
 
-/// PyTorch OIHW values → this engine's HWIO layout.
-pub fn conv_weight_from_oihw(oihw: &[f32], s: ConvWeightShape) -> Result<Vec<f32>> {
-    check_weight_len("conv_weight_from_oihw", &s, oihw.len())?;
-    let mut hwio = vec![0.0; s.len()];
+/// Calls `copy(oihw_index, hwio_index)` for every weight element: where it stands in
+/// PyTorch's OIHW layout and where in this engine's HWIO layout.
+fn for_each_weight_index(s: &ConvWeightShape, mut copy: impl FnMut(usize, usize)) {
     for o in 0..s.out_c {
         for i in 0..s.in_c {
             for h in 0..s.kernel_h {
                 for w in 0..s.kernel_w {
-                    hwio[((h * s.kernel_w + w) * s.in_c + i) * s.out_c + o] =
-                        oihw[((o * s.in_c + i) * s.kernel_h + h) * s.kernel_w + w];
+                    copy(
+                        ((o * s.in_c + i) * s.kernel_h + h) * s.kernel_w + w,
+                        ((h * s.kernel_w + w) * s.in_c + i) * s.out_c + o,
+                    );
                 }
             }
         }
     }
+}
+
+/// PyTorch OIHW values → this engine's HWIO layout.
+pub fn conv_weight_from_oihw(oihw: &[f32], s: ConvWeightShape) -> Result<Vec<f32>> {
+    check_weight_len("conv_weight_from_oihw", &s, oihw.len())?;
+    let mut hwio = vec![0.0; s.len()];
+    for_each_weight_index(&s, |from, to| hwio[to] = oihw[from]);
     Ok(hwio)
 }
 
@@ -65,16 +73,7 @@ pub fn conv_weight_from_oihw(oihw: &[f32], s: ConvWeightShape) -> Result<Vec<f32
 pub fn conv_weight_to_oihw(hwio: &[f32], s: ConvWeightShape) -> Result<Vec<f32>> {
     check_weight_len("conv_weight_to_oihw", &s, hwio.len())?;
     let mut oihw = vec![0.0; s.len()];
-    for o in 0..s.out_c {
-        for i in 0..s.in_c {
-            for h in 0..s.kernel_h {
-                for w in 0..s.kernel_w {
-                    oihw[((o * s.in_c + i) * s.kernel_h + h) * s.kernel_w + w] =
-                        hwio[((h * s.kernel_w + w) * s.in_c + i) * s.out_c + o];
-                }
-            }
-        }
-    }
+    for_each_weight_index(&s, |to, from| oihw[to] = hwio[from]);
     Ok(oihw)
 }
 
