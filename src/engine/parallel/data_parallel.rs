@@ -221,7 +221,7 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
         };
         let steps = match &mut self.buckets {
             None => run_per_rank(collective, &mut self.replicas, &self.devices, |r, rep| {
-                replica_step(r, rep, inputs(r))
+                replica_step(r, rep, None, inputs(r))
             })?,
             Some(buckets) => {
                 let mut states: Vec<(&mut Replica<B, M>, &mut GradientBuckets<B>)> =
@@ -230,7 +230,7 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
                     collective,
                     &mut states,
                     &self.devices,
-                    |r, (rep, buckets)| bucketed_replica_step(r, rep, buckets, inputs(r)),
+                    |r, (rep, buckets)| replica_step(r, rep, Some(buckets), inputs(r)),
                 )?
             }
         };
@@ -278,9 +278,13 @@ impl<B: Backend> StepInputs<'_, B> {
     }
 }
 
+/// One replica's step: forward and backward on its shard, the all-reduce of its weighted
+/// gradients and the status flags (bucket by bucket during the backward where it has
+/// `buckets`, else after it), then the decision and update every replica makes alike.
 fn replica_step<B: Backend, M: Model<B>>(
     rank: usize,
     replica: &mut Replica<B, M>,
+    buckets: Option<&mut GradientBuckets<B>>,
     inputs: StepInputs<'_, B>,
 ) -> Result<ReplicaStep, ParallelError> {
     let Replica {
@@ -288,10 +292,31 @@ fn replica_step<B: Backend, M: Model<B>>(
         model,
         optimizer,
     } = replica;
+    let (outcome, flags) = match buckets {
+        None => reduce_after_backward(rank, backend, model, &inputs)?,
+        Some(buckets) => reduce_during_backward(rank, backend, model, buckets, &inputs)?,
+    };
+    let result = step_result(outcome);
+    decide(
+        backend,
+        optimizer,
+        &mut model.parameters(),
+        &flags,
+        &inputs,
+        result,
+    )
+}
+
+/// The backward, then one all-reduce of every weighted gradient with the flags appended:
+/// the backward's outcome and the all-reduced flags.
+fn reduce_after_backward<B: Backend, M: Model<B>>(
+    rank: usize,
+    backend: &B,
+    model: &mut M,
+    inputs: &StepInputs<'_, B>,
+) -> Result<(Option<GradientOutcome>, [f32; FLAGS]), ParallelError> {
     let outcome = inputs.gradients(backend, model, None)?;
     let mut flags = local_flags(&outcome, inputs.cancelled);
-    let result = step_result(outcome);
-
     let mut flags_buf = backend.upload(&flags)?;
     let mut params = model.parameters();
     if inputs.weight != 1.0 {
@@ -299,46 +324,36 @@ fn replica_step<B: Backend, M: Model<B>>(
             backend.scale(p.param.grad, inputs.weight)?;
         }
     }
-    {
-        let mut buffers: Vec<&mut B::Buffer> =
-            params.iter_mut().map(|p| &mut *p.param.grad).collect();
-        buffers.push(&mut flags_buf);
-        inputs
-            .collective
-            .all_reduce_sum(rank, backend, &mut buffers)?;
-    }
+    let mut buffers: Vec<&mut B::Buffer> = params.iter_mut().map(|p| &mut *p.param.grad).collect();
+    buffers.push(&mut flags_buf);
+    inputs
+        .collective
+        .all_reduce_sum(rank, backend, &mut buffers)?;
     backend.download(&flags_buf, &mut flags)?;
-    decide(backend, optimizer, &mut params, &flags, &inputs, result)
+    Ok((outcome, flags))
 }
 
-/// The step as [`replica_step`] makes it, with the gradients all-reduced bucket by bucket
-/// during the backward and the flags reduced after the last bucket.
-fn bucketed_replica_step<B: Backend, M: Model<B>>(
+/// The backward with the gradients all-reduced bucket by bucket as it finishes them, and
+/// the flags reduced after the last bucket: the backward's outcome and those flags.
+fn reduce_during_backward<B: Backend, M: Model<B>>(
     rank: usize,
-    replica: &mut Replica<B, M>,
+    backend: &B,
+    model: &mut M,
     buckets: &mut GradientBuckets<B>,
-    inputs: StepInputs<'_, B>,
-) -> Result<ReplicaStep, ParallelError> {
-    let Replica {
-        backend,
-        model,
-        optimizer,
-    } = replica;
-    let backend = &*backend;
+    inputs: &StepInputs<'_, B>,
+) -> Result<(Option<GradientOutcome>, [f32; FLAGS]), ParallelError> {
     let (outcome, flags_buf) = buckets.reduce_during_backward(
         rank,
         backend,
         inputs.collective,
-        &mut *model,
+        model,
         inputs.weight,
         |outcome| backend.upload(&local_flags(outcome, inputs.cancelled)),
         |model, ready| inputs.gradients(backend, model, Some(ready)),
     )?;
-    let result = step_result(outcome);
     let mut flags = [0.0f32; FLAGS];
     backend.download(&flags_buf, &mut flags)?;
-    let mut params = model.parameters();
-    decide(backend, optimizer, &mut params, &flags, &inputs, result)
+    Ok((outcome, flags))
 }
 
 /// Zeroes every gradient of `model`.
