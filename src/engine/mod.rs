@@ -84,5 +84,27 @@ pub enum EngineError {
     },
 }
 
+impl EngineError {
+    /// `Ok` when a buffer holds the `expected` number of elements, else
+    /// [`EngineError::BufferLength`] naming the op that checked and the buffer.
+    pub fn check_length(
+        op: &'static str,
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    ) -> Result<()> {
+        if got == expected {
+            Ok(())
+        } else {
+            Err(EngineError::BufferLength {
+                op,
+                what,
+                expected,
+                got,
+            })
+        }
+    }
+}
+
 /// A result whose error is an [`EngineError`] unless said otherwise.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -37,14 +37,7 @@ impl<B: Backend> Tensor<B> {
     /// Uploads host values laid out in this tensor's order (row-major over `shape`).
     pub fn from_host(backend: &B, shape: &[usize], values: &[f32]) -> Result<Self> {
         let numel: usize = shape.iter().product();
-        if values.len() != numel {
-            return Err(EngineError::BufferLength {
-                op: "Tensor::from_host",
-                what: "host values",
-                expected: numel,
-                got: values.len(),
-            });
-        }
+        EngineError::check_length("Tensor::from_host", "host values", numel, values.len())?;
         Ok(Tensor {
             buffer: backend.upload(values)?,
             shape: shape.to_vec(),
@@ -56,14 +49,7 @@ impl<B: Backend> Tensor<B> {
     pub fn from_buffer(backend: &B, shape: &[usize], buffer: B::Buffer) -> Result<Self> {
         let numel: usize = shape.iter().product();
         let len = backend.buffer_len(&buffer);
-        if len != numel {
-            return Err(EngineError::BufferLength {
-                op: "Tensor::from_buffer",
-                what: "buffer",
-                expected: numel,
-                got: len,
-            });
-        }
+        EngineError::check_length("Tensor::from_buffer", "buffer", numel, len)?;
         Ok(Tensor {
             buffer,
             shape: shape.to_vec(),

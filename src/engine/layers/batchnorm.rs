@@ -149,18 +149,7 @@ impl<B: Backend> BatchNorm2d<B> {
     ) -> Result<Tensor<B>> {
         let p = self.backward_params("batch_norm backward", x, &dy)?;
         y.expect_shape("batch_norm backward", "relu output", x.shape())?;
-        let mut dx = Tensor::alloc(backend, x.shape())?;
-        backend.batch_norm_relu_backward(
-            &p,
-            x.buffer(),
-            y.buffer(),
-            dy.buffer_mut(),
-            &self.state.gamma,
-            &self.saved,
-            dx.buffer_mut(),
-            &mut self.grads,
-        )?;
-        Ok(dx)
+        self.backward_fused(backend, &p, x, y, &mut dy, B::batch_norm_relu_backward)
     }
 
     /// `ReLU(bn(x) + residual)`: the end of a residual block, in one op where the backend
@@ -203,9 +192,38 @@ impl<B: Backend> BatchNorm2d<B> {
     ) -> Result<(Tensor<B>, Tensor<B>)> {
         let p = self.backward_params("batch_norm add relu backward", x, &dy)?;
         y.expect_shape("batch_norm add relu backward", "output", x.shape())?;
+        let dx =
+            self.backward_fused(backend, &p, x, y, &mut dy, B::batch_norm_add_relu_backward)?;
+        Ok((dx, dy))
+    }
+
+    /// A backward whose forward ended in ReLU, from its output `y` and the gradient `dy`
+    /// there: `fused` (one of the backend's fused backwards) leaves in `dy` the gradient
+    /// before the ReLU, writes the parameter gradients, and the returned dx.
+    #[allow(clippy::type_complexity)]
+    fn backward_fused(
+        &mut self,
+        backend: &B,
+        p: &BatchNormParams,
+        x: &Tensor<B>,
+        y: &Tensor<B>,
+        dy: &mut Tensor<B>,
+        fused: impl FnOnce(
+            &B,
+            &BatchNormParams,
+            &B::Buffer,
+            &B::Buffer,
+            &mut B::Buffer,
+            &B::Buffer,
+            &BatchNormSaved<B::Buffer>,
+            &mut B::Buffer,
+            &mut BatchNormGrads<B::Buffer>,
+        ) -> Result<()>,
+    ) -> Result<Tensor<B>> {
         let mut dx = Tensor::alloc(backend, x.shape())?;
-        backend.batch_norm_add_relu_backward(
-            &p,
+        fused(
+            backend,
+            p,
             x.buffer(),
             y.buffer(),
             dy.buffer_mut(),
@@ -214,7 +232,7 @@ impl<B: Backend> BatchNorm2d<B> {
             dx.buffer_mut(),
             &mut self.grads,
         )?;
-        Ok((dx, dy))
+        Ok(dx)
     }
 
     /// What every backward starts with: the training forward's saved state must be

@@ -31,50 +31,41 @@ impl ConvWeightShape {
     }
 }
 
-fn check_weight_len(op: &'static str, s: &ConvWeightShape, got: usize) -> Result<()> {
-    if got == s.len() {
-        Ok(())
-    } else {
-        Err(EngineError::BufferLength {
-            op,
-            what: "weight values",
-            expected: s.len(),
-            got,
-        })
+/// Calls `copy(oihw_index, hwio_index)` for every weight element: where it stands in
+/// PyTorch's OIHW layout and where in this engine's HWIO layout.
+fn for_each_weight_index(s: &ConvWeightShape, mut copy: impl FnMut(usize, usize)) {
+    for o in 0..s.out_c {
+        for i in 0..s.in_c {
+            for h in 0..s.kernel_h {
+                for w in 0..s.kernel_w {
+                    copy(
+                        ((o * s.in_c + i) * s.kernel_h + h) * s.kernel_w + w,
+                        ((h * s.kernel_w + w) * s.in_c + i) * s.out_c + o,
+                    );
+                }
+            }
+        }
     }
 }
 
 /// PyTorch OIHW values → this engine's HWIO layout.
 pub fn conv_weight_from_oihw(oihw: &[f32], s: ConvWeightShape) -> Result<Vec<f32>> {
-    check_weight_len("conv_weight_from_oihw", &s, oihw.len())?;
+    EngineError::check_length(
+        "conv_weight_from_oihw",
+        "weight values",
+        s.len(),
+        oihw.len(),
+    )?;
     let mut hwio = vec![0.0; s.len()];
-    for o in 0..s.out_c {
-        for i in 0..s.in_c {
-            for h in 0..s.kernel_h {
-                for w in 0..s.kernel_w {
-                    hwio[((h * s.kernel_w + w) * s.in_c + i) * s.out_c + o] =
-                        oihw[((o * s.in_c + i) * s.kernel_h + h) * s.kernel_w + w];
-                }
-            }
-        }
-    }
+    for_each_weight_index(&s, |from, to| hwio[to] = oihw[from]);
     Ok(hwio)
 }
 
 /// This engine's HWIO layout → PyTorch OIHW (for weights and their gradients).
 pub fn conv_weight_to_oihw(hwio: &[f32], s: ConvWeightShape) -> Result<Vec<f32>> {
-    check_weight_len("conv_weight_to_oihw", &s, hwio.len())?;
+    EngineError::check_length("conv_weight_to_oihw", "weight values", s.len(), hwio.len())?;
     let mut oihw = vec![0.0; s.len()];
-    for o in 0..s.out_c {
-        for i in 0..s.in_c {
-            for h in 0..s.kernel_h {
-                for w in 0..s.kernel_w {
-                    oihw[((o * s.in_c + i) * s.kernel_h + h) * s.kernel_w + w] =
-                        hwio[((h * s.kernel_w + w) * s.in_c + i) * s.out_c + o];
-                }
-            }
-        }
-    }
+    for_each_weight_index(&s, |to, from| oihw[to] = hwio[from]);
     Ok(oihw)
 }
 

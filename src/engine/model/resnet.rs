@@ -383,14 +383,7 @@ impl<B: Backend> ResNet<B> {
             debug_assert_eq!(spec.kind, expected);
             let v = values(index, &spec.name, spec.kind, &spec.shape);
             let len: usize = spec.shape.iter().product();
-            if v.len() != len {
-                return Err(EngineError::BufferLength {
-                    op: "ResNet::init_with",
-                    what: "initial values",
-                    expected: len,
-                    got: v.len(),
-                });
-            }
+            EngineError::check_length("ResNet::init_with", "initial values", len, v.len())?;
             Ok(v)
         };
         for (_, module) in self.modules_mut() {

@@ -15,7 +15,7 @@
 use crate::engine::backend::Backend;
 use crate::engine::data::Batch;
 use crate::engine::layers::SoftmaxCrossEntropy;
-use crate::engine::model::Model;
+use crate::engine::model::{GradientsReady, Model};
 use crate::engine::train::{
     compute_gradients, compute_gradients_notifying, DeviceBatch, DeviceOptimizer, GradientOutcome,
     StepOutcome, StepResult, UpdateOutcome,
@@ -156,20 +156,22 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
         )
     }
 
+    /// An error unless `shards` is one shard per replica.
+    fn expect_one_shard_each(&self, shards: usize) -> Result<(), ParallelError> {
+        if shards != self.replicas.len() {
+            return Err(ParallelError::Setup {
+                reason: format!("{} shards for {} replicas", shards, self.replicas.len()),
+            });
+        }
+        Ok(())
+    }
+
     /// Uploads `shards[r]` to replica `r`, each on the replica's own thread.
     pub fn upload_shards(
         &mut self,
         shards: &[Batch],
     ) -> Result<Vec<DeviceBatch<B>>, ParallelError> {
-        if shards.len() != self.replicas.len() {
-            return Err(ParallelError::Setup {
-                reason: format!(
-                    "{} shards for {} replicas",
-                    shards.len(),
-                    self.replicas.len()
-                ),
-            });
-        }
+        self.expect_one_shard_each(shards.len())?;
         self.for_each_replica(|r, rep| Ok(DeviceBatch::upload(&rep.backend, &shards[r])?))
     }
 
@@ -199,15 +201,7 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
         loss_scale: f32,
         cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<StepOutcome, ParallelError> {
-        if shards.len() != self.replicas.len() {
-            return Err(ParallelError::Setup {
-                reason: format!(
-                    "{} shards for {} replicas",
-                    shards.len(),
-                    self.replicas.len()
-                ),
-            });
-        }
+        self.expect_one_shard_each(shards.len())?;
         let valid_total: usize = shards.iter().map(|s| s.valid).sum();
         if valid_total == 0 {
             return Err(ParallelError::Setup {
@@ -216,22 +210,18 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
         }
         let collective = self.collective.as_ref();
         let loss_fn = &self.loss_fn;
-        let scaling = |r: usize| Scaling {
+        let inputs = |r: usize| StepInputs {
+            collective,
+            loss_fn,
+            batch: &shards[r],
             weight: (shards[r].valid as f64 / valid_total as f64) as f32,
             loss_scale,
+            lr,
+            cancelled,
         };
         let steps = match &mut self.buckets {
             None => run_per_rank(collective, &mut self.replicas, &self.devices, |r, rep| {
-                replica_step(
-                    r,
-                    rep,
-                    collective,
-                    loss_fn,
-                    &shards[r],
-                    scaling(r),
-                    lr,
-                    cancelled,
-                )
+                replica_step(r, rep, None, inputs(r))
             })?,
             Some(buckets) => {
                 let mut states: Vec<(&mut Replica<B, M>, &mut GradientBuckets<B>)> =
@@ -240,19 +230,7 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
                     collective,
                     &mut states,
                     &self.devices,
-                    |r, (rep, buckets)| {
-                        bucketed_replica_step(
-                            r,
-                            rep,
-                            buckets,
-                            collective,
-                            loss_fn,
-                            &shards[r],
-                            scaling(r),
-                            lr,
-                            cancelled,
-                        )
-                    },
+                    |r, (rep, buckets)| replica_step(r, rep, Some(buckets), inputs(r)),
                 )?
             }
         };
@@ -260,123 +238,122 @@ impl<B: Backend, M: Model<B>> DataParallel<B, M> {
     }
 }
 
-/// How a replica's gradients are scaled: by its share of the global batch's valid
-/// samples, and by the loss scale (which the optimizer divides out).
-#[derive(Clone, Copy)]
-struct Scaling {
+/// What one replica's step works on: its shard, how its gradients are scaled (by its
+/// share of the global batch's valid samples, and by the loss scale, which the optimizer
+/// divides out), and the update's learning rate.
+struct StepInputs<'a, B: Backend> {
+    collective: &'a dyn AllReduce<B>,
+    loss_fn: &'a SoftmaxCrossEntropy,
+    batch: &'a DeviceBatch<B>,
     weight: f32,
     loss_scale: f32,
+    lr: f32,
+    cancelled: &'a (dyn Fn() -> bool + Sync),
 }
 
-#[allow(clippy::too_many_arguments)]
+impl<B: Backend> StepInputs<'_, B> {
+    /// Forward and backward of `model` on the shard, telling `ready` about gradients as
+    /// the backward finishes them where there is one; `None` when the shard holds no valid
+    /// sample. Such a replica has nothing to learn from, but still takes its part in every
+    /// all-reduce: its gradients are zeroed and go as they are.
+    fn gradients<M: Model<B>>(
+        &self,
+        backend: &B,
+        model: &mut M,
+        ready: Option<&mut GradientsReady<'_, B>>,
+    ) -> crate::engine::Result<Option<GradientOutcome>> {
+        if self.batch.valid == 0 {
+            zero_gradients(backend, model)?;
+            return Ok(None);
+        }
+        let (loss_fn, batch, scale, cancelled) =
+            (self.loss_fn, self.batch, self.loss_scale, self.cancelled);
+        match ready {
+            None => compute_gradients(backend, model, loss_fn, batch, scale, cancelled),
+            Some(ready) => {
+                compute_gradients_notifying(backend, model, loss_fn, batch, scale, cancelled, ready)
+            }
+        }
+        .map(Some)
+    }
+}
+
+/// One replica's step: forward and backward on its shard, the all-reduce of its weighted
+/// gradients and the status flags (bucket by bucket during the backward where it has
+/// `buckets`, else after it), then the decision and update every replica makes alike.
 fn replica_step<B: Backend, M: Model<B>>(
     rank: usize,
     replica: &mut Replica<B, M>,
-    collective: &dyn AllReduce<B>,
-    loss_fn: &SoftmaxCrossEntropy,
-    batch: &DeviceBatch<B>,
-    scaling: Scaling,
-    lr: f32,
-    cancelled: &(dyn Fn() -> bool + Sync),
+    buckets: Option<&mut GradientBuckets<B>>,
+    inputs: StepInputs<'_, B>,
 ) -> Result<ReplicaStep, ParallelError> {
-    let Scaling { weight, loss_scale } = scaling;
     let Replica {
         backend,
         model,
         optimizer,
     } = replica;
-    let outcome = if batch.valid == 0 {
-        // Nothing to learn from, but the replica still takes its part in the all-reduce.
-        zero_gradients(backend, model)?;
-        None
-    } else {
-        Some(compute_gradients(
-            backend, model, loss_fn, batch, loss_scale, cancelled,
-        )?)
+    let (outcome, flags) = match buckets {
+        None => reduce_after_backward(rank, backend, model, &inputs)?,
+        Some(buckets) => reduce_during_backward(rank, backend, model, buckets, &inputs)?,
     };
-    let mut flags = local_flags(&outcome, cancelled);
     let result = step_result(outcome);
-
-    let mut flags_buf = backend.upload(&flags)?;
-    let mut params = model.parameters();
-    if weight != 1.0 {
-        for p in params.iter_mut() {
-            backend.scale(p.param.grad, weight)?;
-        }
-    }
-    {
-        let mut buffers: Vec<&mut B::Buffer> =
-            params.iter_mut().map(|p| &mut *p.param.grad).collect();
-        buffers.push(&mut flags_buf);
-        collective.all_reduce_sum(rank, backend, &mut buffers)?;
-    }
-    backend.download(&flags_buf, &mut flags)?;
-
     decide(
         backend,
         optimizer,
-        &mut params,
+        &mut model.parameters(),
         &flags,
-        lr,
-        loss_scale,
+        &inputs,
         result,
     )
 }
 
-/// The step as [`replica_step`] makes it, with the gradients all-reduced bucket by bucket
-/// during the backward and the flags reduced after the last bucket.
-#[allow(clippy::too_many_arguments)]
-fn bucketed_replica_step<B: Backend, M: Model<B>>(
+/// The backward, then one all-reduce of every weighted gradient with the flags appended:
+/// the backward's outcome and the all-reduced flags.
+fn reduce_after_backward<B: Backend, M: Model<B>>(
     rank: usize,
-    replica: &mut Replica<B, M>,
+    backend: &B,
+    model: &mut M,
+    inputs: &StepInputs<'_, B>,
+) -> Result<(Option<GradientOutcome>, [f32; FLAGS]), ParallelError> {
+    let outcome = inputs.gradients(backend, model, None)?;
+    let mut flags = local_flags(&outcome, inputs.cancelled);
+    let mut flags_buf = backend.upload(&flags)?;
+    let mut params = model.parameters();
+    if inputs.weight != 1.0 {
+        for p in params.iter_mut() {
+            backend.scale(p.param.grad, inputs.weight)?;
+        }
+    }
+    let mut buffers: Vec<&mut B::Buffer> = params.iter_mut().map(|p| &mut *p.param.grad).collect();
+    buffers.push(&mut flags_buf);
+    inputs
+        .collective
+        .all_reduce_sum(rank, backend, &mut buffers)?;
+    backend.download(&flags_buf, &mut flags)?;
+    Ok((outcome, flags))
+}
+
+/// The backward with the gradients all-reduced bucket by bucket as it finishes them, and
+/// the flags reduced after the last bucket: the backward's outcome and those flags.
+fn reduce_during_backward<B: Backend, M: Model<B>>(
+    rank: usize,
+    backend: &B,
+    model: &mut M,
     buckets: &mut GradientBuckets<B>,
-    collective: &dyn AllReduce<B>,
-    loss_fn: &SoftmaxCrossEntropy,
-    batch: &DeviceBatch<B>,
-    scaling: Scaling,
-    lr: f32,
-    cancelled: &(dyn Fn() -> bool + Sync),
-) -> Result<ReplicaStep, ParallelError> {
-    let Scaling { weight, loss_scale } = scaling;
-    let Replica {
-        backend,
-        model,
-        optimizer,
-    } = replica;
-    let backend = &*backend;
+    inputs: &StepInputs<'_, B>,
+) -> Result<(Option<GradientOutcome>, [f32; FLAGS]), ParallelError> {
     let (outcome, flags_buf) = buckets.reduce_during_backward(
         rank,
         backend,
-        collective,
-        &mut *model,
-        weight,
-        |outcome| backend.upload(&local_flags(outcome, cancelled)),
-        |model, ready| {
-            if batch.valid == 0 {
-                // Nothing to learn from, but the replica still takes its part in every
-                // all-reduce: its zeroed gradients go as they are.
-                zero_gradients(backend, model)?;
-                return Ok(None);
-            }
-            compute_gradients_notifying(
-                backend, model, loss_fn, batch, loss_scale, cancelled, ready,
-            )
-            .map(Some)
-        },
+        inputs.collective,
+        model,
+        inputs.weight,
+        |outcome| backend.upload(&local_flags(outcome, inputs.cancelled)),
+        |model, ready| inputs.gradients(backend, model, Some(ready)),
     )?;
-    let result = step_result(outcome);
     let mut flags = [0.0f32; FLAGS];
     backend.download(&flags_buf, &mut flags)?;
-    let mut params = model.parameters();
-    decide(
-        backend,
-        optimizer,
-        &mut params,
-        &flags,
-        lr,
-        loss_scale,
-        result,
-    )
+    Ok((outcome, flags))
 }
 
 /// Zeroes every gradient of `model`.
@@ -421,8 +398,7 @@ fn decide<B: Backend>(
     optimizer: &mut DeviceOptimizer<B>,
     params: &mut [crate::engine::model::NamedParam<'_, B>],
     flags: &[f32; FLAGS],
-    lr: f32,
-    loss_scale: f32,
+    inputs: &StepInputs<'_, B>,
     result: Option<StepResult>,
 ) -> Result<ReplicaStep, ParallelError> {
     let decision = if flags[FLAG_CANCELLED] > 0.0 {
@@ -430,7 +406,7 @@ fn decide<B: Backend>(
     } else if flags[FLAG_NON_FINITE] > 0.0 {
         Decision::NonFiniteLoss
     } else {
-        match optimizer.step(backend, params, lr, loss_scale)? {
+        match optimizer.step(backend, params, inputs.lr, inputs.loss_scale)? {
             UpdateOutcome::Applied => Decision::Updated,
             UpdateOutcome::NonFiniteGradients => Decision::NonFiniteGradients,
         }

@@ -270,6 +270,38 @@ impl NcclLibrary {
         }
     }
 
+    /// One group of in-place f32 sum all-reduces, each `(buffer, len, comm, stream)`. The
+    /// group is closed even after a failed call, so the calling thread leaves it.
+    ///
+    /// # Safety
+    /// Every buffer is a live allocation of `len` f32 on the device of the communicator
+    /// and stream it is reduced with.
+    unsafe fn grouped_sum(
+        &self,
+        calls: impl IntoIterator<Item = (*mut c_void, usize, sys::ncclComm_t, sys::cudaStream_t)>,
+    ) -> Result<(), ParallelError> {
+        self.check("ncclGroupStart", (self.group_start)())?;
+        let mut enqueued = Ok(());
+        for (ptr, len, comm, stream) in calls {
+            enqueued = enqueued.and_then(|()| {
+                self.check(
+                    "ncclAllReduce",
+                    (self.all_reduce)(
+                        ptr,
+                        ptr,
+                        len,
+                        sys::ncclDataType_t::ncclFloat32,
+                        sys::ncclRedOp_t::ncclSum,
+                        comm,
+                        stream,
+                    ),
+                )
+            });
+        }
+        let ended = self.check("ncclGroupEnd", (self.group_end)());
+        enqueued.and(ended)
+    }
+
     fn check(&self, call: &str, result: NcclResult) -> Result<(), ParallelError> {
         if result == NCCL_SUCCESS {
             Ok(())
@@ -419,29 +451,12 @@ impl NcclAllReduce {
         // SAFETY: each buffer is a live allocation of WARMUP_ELEMENTS f32 on the device of
         // the communicator and stream it is reduced with.
         unsafe {
-            lib.check("ncclGroupStart", (lib.group_start)())?;
-            let mut enqueued = Ok(());
-            for ((backend, device_ptr), &comm) in backends.iter().zip(&ptrs).zip(&comms) {
-                let ptr = device_ptr.0 as *mut c_void;
-                let stream = backend.driver().native_stream() as sys::cudaStream_t;
-                enqueued = enqueued.and_then(|()| {
-                    lib.check(
-                        "ncclAllReduce",
-                        (lib.all_reduce)(
-                            ptr,
-                            ptr,
-                            WARMUP_ELEMENTS,
-                            sys::ncclDataType_t::ncclFloat32,
-                            sys::ncclRedOp_t::ncclSum,
-                            comm,
-                            stream,
-                        ),
-                    )
-                });
-            }
-            // The group is closed even after a failed call, so this thread leaves it.
-            let ended = lib.check("ncclGroupEnd", (lib.group_end)());
-            enqueued.and(ended)?;
+            lib.grouped_sum(backends.iter().zip(&ptrs).zip(&comms).map(
+                |((backend, device_ptr), &comm)| {
+                    let stream = backend.driver().native_stream() as sys::cudaStream_t;
+                    (device_ptr.0 as *mut c_void, WARMUP_ELEMENTS, comm, stream)
+                },
+            ))?;
         }
         let want = backends.len() as f32;
         let mut host = vec![0.0f32; WARMUP_ELEMENTS];
@@ -522,27 +537,10 @@ impl NcclAllReduce {
         // SAFETY: every buffer is a live device allocation of `len` f32 on this rank's
         // device (the backend's own buffers), reduced in place on that device's stream.
         unsafe {
-            lib.check("ncclGroupStart", (lib.group_start)())?;
-            let mut enqueued = Ok(());
-            for &(device_ptr, len) in &targets {
+            lib.grouped_sum(targets.iter().map(|&(device_ptr, len)| {
                 let ptr = device_ptr.0 as *mut c_void;
-                enqueued = enqueued.and_then(|()| {
-                    lib.check(
-                        "ncclAllReduce",
-                        (lib.all_reduce)(
-                            ptr,
-                            ptr,
-                            len,
-                            sys::ncclDataType_t::ncclFloat32,
-                            sys::ncclRedOp_t::ncclSum,
-                            comm,
-                            stream as sys::cudaStream_t,
-                        ),
-                    )
-                });
-            }
-            let ended = lib.check("ncclGroupEnd", (lib.group_end)());
-            enqueued.and(ended)?;
+                (ptr, len, comm, stream as sys::cudaStream_t)
+            }))?;
         }
         self.wait(rank, comm, stream)
     }

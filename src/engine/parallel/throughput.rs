@@ -1,12 +1,10 @@
 //! Training throughput over all replicas: the single-device measurement's synthetic
 //! batch on every replica, timed as whole data-parallel steps.
 
-use std::time::Instant;
-
 use crate::engine::backend::Backend;
 use crate::engine::model::Model;
 use crate::engine::train::throughput::synthetic_batch;
-use crate::engine::train::{StepOutcome, ThroughputReport};
+use crate::engine::train::ThroughputReport;
 
 use super::data_parallel::DataParallel;
 use super::error::ParallelError;
@@ -44,25 +42,12 @@ pub fn measure_data_parallel_throughput<B: Backend, M: Model<B>>(
             classes,
         )?)
     })?;
-    let total = warmup + steps;
-    let mut report = ThroughputReport {
+    let report = ThroughputReport {
         batch: global_batch,
         image_size,
-        step_seconds: Vec::with_capacity(steps),
+        step_seconds: Vec::new(),
     };
-    for i in 0..total {
-        if cancelled() {
-            return Ok(None);
-        }
-        let started = Instant::now();
-        if let StepOutcome::Cancelled = dp.train_step_on_device(&shards, lr, 1.0, cancelled)? {
-            return Ok(None);
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        if i >= warmup {
-            report.step_seconds.push(seconds);
-        }
-        after_step(i + 1, total, seconds);
-    }
-    Ok(Some(report))
+    report.time_steps(warmup, steps, cancelled, after_step, || {
+        dp.train_step_on_device(&shards, lr, 1.0, cancelled)
+    })
 }

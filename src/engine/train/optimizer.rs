@@ -141,14 +141,7 @@ impl<B: Backend> DeviceOptimizer<B> {
         }
         for (p, b) in params.iter().zip(&self.momentum) {
             let (have, want) = (backend.buffer_len(p.param.value), backend.buffer_len(b));
-            if have != want {
-                return Err(EngineError::BufferLength {
-                    op: "optimizer step",
-                    what: "parameter",
-                    expected: want,
-                    got: have,
-                });
-            }
+            EngineError::check_length("optimizer step", "parameter", want, have)?;
         }
         Ok(())
     }

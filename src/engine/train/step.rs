@@ -26,14 +26,7 @@ impl<B: Backend> DeviceBatch<B> {
         let n = batch.len();
         let s = batch.image_size;
         let images = Tensor::from_host(backend, &[n, s, s, 3], &batch.images)?;
-        if batch.valid.len() != n {
-            return Err(EngineError::BufferLength {
-                op: "DeviceBatch::upload",
-                what: "valid flags",
-                expected: n,
-                got: batch.valid.len(),
-            });
-        }
+        EngineError::check_length("DeviceBatch::upload", "valid flags", n, batch.valid.len())?;
         let labels: Vec<f32> = batch
             .labels
             .iter()

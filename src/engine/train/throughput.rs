@@ -24,6 +24,38 @@ pub struct ThroughputReport {
 }
 
 impl ThroughputReport {
+    /// Runs `warmup` untimed and `steps` timed calls of `step`, each a training step of
+    /// this report's batch, and appends the timed ones to `step_seconds`.
+    /// `after_step(done, total, seconds)` follows every step; `cancelled` is asked before
+    /// each step. Returns `Ok(None)` when cancelled there or when a step reports
+    /// [`StepOutcome::Cancelled`].
+    pub fn time_steps<E>(
+        mut self,
+        warmup: usize,
+        steps: usize,
+        cancelled: &dyn Fn() -> bool,
+        after_step: &mut dyn FnMut(usize, usize, f64),
+        mut step: impl FnMut() -> std::result::Result<StepOutcome, E>,
+    ) -> std::result::Result<Option<ThroughputReport>, E> {
+        let total = warmup + steps;
+        self.step_seconds.reserve(steps);
+        for i in 0..total {
+            if cancelled() {
+                return Ok(None);
+            }
+            let started = Instant::now();
+            if let StepOutcome::Cancelled = step()? {
+                return Ok(None);
+            }
+            let seconds = started.elapsed().as_secs_f64();
+            if i >= warmup {
+                self.step_seconds.push(seconds);
+            }
+            after_step(i + 1, total, seconds);
+        }
+        Ok(Some(self))
+    }
+
     /// The median of `step_seconds`, in seconds; NaN without a timed step.
     pub fn median_step_s(&self) -> f64 {
         let mut s = self.step_seconds.clone();
@@ -88,18 +120,13 @@ pub fn measure_train_throughput<B: Backend, M: Model<B> + ?Sized>(
     let loss_fn = SoftmaxCrossEntropy {
         label_smoothing: crate::engine::layers::cross_entropy::RESNET_LABEL_SMOOTHING,
     };
-    let total = warmup + steps;
-    let mut report = ThroughputReport {
+    let report = ThroughputReport {
         batch,
         image_size,
-        step_seconds: Vec::with_capacity(steps),
+        step_seconds: Vec::new(),
     };
-    for i in 0..total {
-        if cancelled() {
-            return Ok(None);
-        }
-        let started = Instant::now();
-        match train_step(
+    report.time_steps(warmup, steps, cancelled, after_step, || {
+        train_step(
             backend,
             model,
             &mut optimizer,
@@ -108,17 +135,6 @@ pub fn measure_train_throughput<B: Backend, M: Model<B> + ?Sized>(
             lr,
             1.0,
             cancelled,
-        )? {
-            StepOutcome::Updated(_)
-            | StepOutcome::NonFiniteLoss(_)
-            | StepOutcome::NonFiniteGradients(_) => {}
-            StepOutcome::Cancelled => return Ok(None),
-        }
-        let seconds = started.elapsed().as_secs_f64();
-        if i >= warmup {
-            report.step_seconds.push(seconds);
-        }
-        after_step(i + 1, total, seconds);
-    }
-    Ok(Some(report))
+        )
+    })
 }
