@@ -63,6 +63,27 @@ struct DeviceReport {
     passed: bool,
 }
 
+impl DeviceReport {
+    /// The report of `device` before any check has run: nothing measured, not passed,
+    /// its setup time counted from `started`.
+    fn checked_nothing(device: DeviceInfo, started: Instant) -> DeviceReport {
+        DeviceReport {
+            device,
+            kernel_setup_s: started.elapsed().as_secs_f64(),
+            ops: vec![],
+            training_step: vec![],
+            ops_16_bit: vec![],
+            training_steps_16_bit: vec![],
+            matmul: vec![],
+            throughput: vec![],
+            profile: vec![],
+            all_reduce: None,
+            errors: vec![],
+            passed: false,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 struct MatmulFigure {
     precision: MatmulPrecision,
@@ -228,18 +249,10 @@ fn throughput_only(
     }
     let _ = std::io::stdout().flush();
     DeviceReport {
-        device: info,
-        kernel_setup_s: started.elapsed().as_secs_f64(),
-        ops: vec![],
-        training_step: vec![],
-        ops_16_bit: vec![],
-        training_steps_16_bit: vec![],
-        matmul: vec![],
         passed: errors.is_empty() && !throughput.is_empty(),
         throughput,
-        profile: vec![],
-        all_reduce: None,
         errors,
+        ..DeviceReport::checked_nothing(info, started)
     }
 }
 
@@ -292,18 +305,8 @@ fn check_device(
         Err(e) => {
             println!("\ndevice {ordinal}: cannot open: {e}");
             return DeviceReport {
-                device: unknown_device(ordinal),
-                kernel_setup_s: started.elapsed().as_secs_f64(),
-                ops: vec![],
-                training_step: vec![],
-                ops_16_bit: vec![],
-                training_steps_16_bit: vec![],
-                matmul: vec![],
-                throughput: vec![],
-                profile: vec![],
-                all_reduce: None,
                 errors: vec![format!("open: {e}")],
-                passed: false,
+                ..DeviceReport::checked_nothing(unknown_device(ordinal), started)
             };
         }
     };

@@ -103,16 +103,7 @@ impl CpuBackend {
 }
 
 fn check(op: &'static str, what: &'static str, buf: &CpuBuffer, expected: usize) -> Result<()> {
-    if buf.as_slice().len() == expected {
-        Ok(())
-    } else {
-        Err(EngineError::BufferLength {
-            op,
-            what,
-            expected,
-            got: buf.as_slice().len(),
-        })
-    }
+    EngineError::check_length(op, what, expected, buf.as_slice().len())
 }
 
 fn check_same(op: &'static str, a: &CpuBuffer, b: &CpuBuffer) -> Result<()> {
@@ -211,14 +202,12 @@ impl Backend for CpuBackend {
     }
 
     fn download(&self, buf: &CpuBuffer, host: &mut [f32]) -> Result<()> {
-        if host.len() != buf.as_slice().len() {
-            return Err(EngineError::BufferLength {
-                op: "download",
-                what: "host destination",
-                expected: buf.as_slice().len(),
-                got: host.len(),
-            });
-        }
+        EngineError::check_length(
+            "download",
+            "host destination",
+            buf.as_slice().len(),
+            host.len(),
+        )?;
         host.copy_from_slice(buf.as_slice());
         Ok(())
     }

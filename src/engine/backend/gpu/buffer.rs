@@ -277,15 +277,7 @@ impl GpuBackend {
                 reason: format!("buffer {what} belongs to another device"),
             });
         }
-        if buf.len != len {
-            return Err(EngineError::BufferLength {
-                op,
-                what,
-                expected: len,
-                got: buf.len,
-            });
-        }
-        Ok(())
+        EngineError::check_length(op, what, len, buf.len)
     }
 }
 
@@ -322,14 +314,7 @@ pub(super) fn upload(gpu: &GpuBackend, host: &[f32]) -> Result<GpuBuffer> {
 }
 
 pub(super) fn download(gpu: &GpuBackend, buf: &GpuBuffer, host: &mut [f32]) -> Result<()> {
-    if host.len() != buf.len {
-        return Err(EngineError::BufferLength {
-            op: "download",
-            what: "host destination",
-            expected: buf.len,
-            got: host.len(),
-        });
-    }
+    EngineError::check_length("download", "host destination", buf.len, host.len())?;
     gpu.check("download", "source", buf, buf.len)?;
     if host.is_empty() {
         return gpu.synchronize();
