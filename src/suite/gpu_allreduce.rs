@@ -1,12 +1,12 @@
 //! The `gpu-allreduce` stage of `acceptance`: all-reduce bus bandwidth over every GPU of
 //! the box, the way nccl-tests reports it, against the box's factory requirement.
 
-use super::gpu_devices;
 use super::options::{self, ALLREDUCE_MIB, ALLREDUCE_MIN_GBPS};
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::GpuBackend;
 use crate::engine::parallel::{gpu_all_reduce, measure_all_reduce_bandwidth, AllReduce};
 use crate::record::{Check, StageResult, Verdict};
+use crate::suite::gpu_devices::open_gpus_or_finish;
 
 /// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-allreduce";
@@ -31,10 +31,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options(), ALLREDUCE_MIB, DEFAULT_MIB as f64) as usize) << 20;
     let min_busbw = options::number(ctx.options(), ALLREDUCE_MIN_GBPS, FACTORY_MIN_BUSBW_GBPS);
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
+    let backends = open_gpus_or_finish!(ctx, report);
     if backends.len() < 2 {
         return report.finish_as(
             Verdict::Skip,

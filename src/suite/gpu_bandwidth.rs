@@ -1,10 +1,11 @@
 //! The `gpu-bandwidth` stage of `acceptance`: host→device and device→host copy
 //! bandwidth of every GPU with pinned host memory, against its PCIe link's capacity.
 
-use super::gpu_devices::{self, path_link, usable_link_gbps};
+use super::gpu_devices::{path_link, usable_link_gbps};
 use super::options::{self, TRANSFER_MIB};
 use super::stage::{StageContext, StageReport};
 use crate::record::{Check, StageResult, Verdict};
+use crate::suite::gpu_devices::open_gpus_or_finish;
 
 /// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-bandwidth";
@@ -21,10 +22,7 @@ const REPEATS: usize = 10;
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options(), TRANSFER_MIB, DEFAULT_MIB as f64) as usize) << 20;
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
+    let backends = open_gpus_or_finish!(ctx, report);
     let mut summary = Vec::new();
     let total = backends.len() * 2;
     for (i, backend) in backends.iter().enumerate() {

@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::options::{self, BACKEND};
+use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::engine::backend::gpu::GpuBackend;
 use crate::engine::backend::select::{self, BackendKind, GpuRuntime};
 use crate::engine::Precision;
@@ -87,6 +88,24 @@ pub fn open_for_stage(
         Ok(GpuChoice::Cpu { reason }) => Err((crate::record::Verdict::Skip, reason)),
         Err(e) => Err((crate::record::Verdict::Error, e)),
     }
+}
+
+/// The GPUs a stage runs on, or the stage closed as it must be without them: skipped
+/// on a machine without a GPU runtime, in error when opening one failed. A `?` for
+/// stages, which end with their report rather than an error.
+macro_rules! open_gpus_or_finish {
+    ($ctx:expr, $report:expr) => {
+        match $crate::suite::gpu_devices::open_for_stage($ctx.options()) {
+            Ok(backends) => backends,
+            Err((verdict, why)) => return $report.finish_as(verdict, Some(why)),
+        }
+    };
+}
+pub(crate) use open_gpus_or_finish;
+
+/// Each backend's driver, for the checks that drive every GPU at once.
+pub fn drivers_of(backends: &[GpuBackend]) -> Vec<&dyn GpuDriver> {
+    backends.iter().map(|b| b.driver().as_ref()).collect()
 }
 
 /// Published dense matmul peaks of a GPU model, TFLOP/s, with f32 accumulation: fp16

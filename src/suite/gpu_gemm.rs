@@ -2,11 +2,12 @@
 //! a few seconds of sustained load, against its model's published peak, and how much the
 //! products slowed from the start of the load to its end.
 
-use super::gpu_devices::{self, model_peak};
+use super::gpu_devices::model_peak;
 use super::options::{self, GPU_GEMM_SECONDS, GPU_GEMM_SIZE, GPU_MIN_FRACTION};
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::gpu::driver::MatmulPrecision;
 use crate::record::{Check, StageResult, Verdict};
+use crate::suite::gpu_devices::open_gpus_or_finish;
 
 /// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-gemm";
@@ -30,10 +31,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let n = options::number(ctx.options(), GPU_GEMM_SIZE, DEFAULT_SIZE as f64) as usize;
     let min_fraction = options::number(ctx.options(), GPU_MIN_FRACTION, DEFAULT_MIN_FRACTION);
     let seconds = options::number(ctx.options(), GPU_GEMM_SECONDS, DEFAULT_SECONDS);
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
+    let backends = open_gpus_or_finish!(ctx, report);
     let total = backends.len() * 2;
     let mut summary = Vec::new();
     for (i, backend) in backends.iter().enumerate() {

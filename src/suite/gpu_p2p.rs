@@ -1,10 +1,10 @@
 //! The `gpu-p2p` stage of `acceptance`: copy bandwidth between every ordered pair of
 //! GPUs, as a matrix, each copy checked for correct data.
 
-use super::gpu_devices;
 use super::options::{self, TRANSFER_MIB};
 use super::stage::{StageContext, StageReport};
 use crate::record::{Check, StageResult, Verdict};
+use crate::suite::gpu_devices::open_gpus_or_finish;
 
 /// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-p2p";
@@ -16,10 +16,7 @@ const REPEATS: usize = 5;
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let bytes = (options::number(ctx.options(), TRANSFER_MIB, 256.0) as usize) << 20;
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
+    let backends = open_gpus_or_finish!(ctx, report);
     let n = backends.len();
     if n < 2 {
         return report.finish_as(

@@ -9,6 +9,7 @@ use super::Outcome;
 use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::record::{Check, StageResult, Verdict};
 use crate::suite::gpu_devices;
+use crate::suite::gpu_devices::open_gpus_or_finish;
 use crate::suite::options::{self, BURN_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -31,11 +32,8 @@ const GPU_SIZES: Sizes = Sizes {
 pub fn run(ctx: &mut StageContext<'_>, default_burn_seconds: f64) -> StageResult {
     let mut report = StageReport::new(NAME);
     let burn = options::number(ctx.options(), BURN_SECONDS, default_burn_seconds);
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
-    let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
+    let backends = open_gpus_or_finish!(ctx, report);
+    let drivers = gpu_devices::drivers_of(&backends);
     ctx.progress(
         0.0,
         Some(format!(

@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::inventory::aer::AerCounters;
 use crate::inventory::{gpu_link_states, GpuLinkState, PciAddress};
 use crate::record::{Check, StageResult, Verdict};
 use crate::suite::gpu_devices;
+use crate::suite::gpu_devices::open_gpus_or_finish;
 use crate::suite::options::{self, LINK_LOAD_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -53,11 +53,8 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     report.findings.push(NOT_IMPLEMENTED.to_string());
     let seconds = options::number(ctx.options(), LINK_LOAD_SECONDS, DEFAULT_LOAD_SECONDS);
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
-    let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
+    let backends = open_gpus_or_finish!(ctx, report);
+    let drivers = gpu_devices::drivers_of(&backends);
     let root = ctx.root.clone();
     let before = gpu_link_states(&root);
     let replays_before = crate::runtime::pcie_replay_counters();

@@ -1,13 +1,13 @@
 //! The `gpu-memory` stage of `health`: the device-memory pattern test on every GPU at
 //! once, over `memory_fraction` of each one's memory, a check per GPU.
 
-use crate::engine::backend::gpu::driver::GpuDriver;
 use crate::record::{Check, StageResult, Verdict};
 use crate::suite::gpu_devices;
 use crate::suite::options::{self, MEMORY_FRACTION};
 use crate::suite::stage::{StageContext, StageReport};
 
 use super::memory;
+use crate::suite::gpu_devices::open_gpus_or_finish;
 
 /// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-memory";
@@ -21,11 +21,8 @@ const CHUNK_BYTES: usize = 256 << 20;
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let fraction = options::number(ctx.options(), MEMORY_FRACTION, DEFAULT_FRACTION);
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
-    let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
+    let backends = open_gpus_or_finish!(ctx, report);
+    let drivers = gpu_devices::drivers_of(&backends);
     ctx.progress(
         0.0,
         Some(format!(

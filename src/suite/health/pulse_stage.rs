@@ -12,6 +12,7 @@ use crate::engine::backend::gpu::driver::{DriverError, GpuDriver, MatmulPrecisio
 use crate::inventory::{gpu_link_states, kernel_log, PciAddress};
 use crate::record::{Check, StageResult, Verdict};
 use crate::suite::gpu_devices;
+use crate::suite::gpu_devices::open_gpus_or_finish;
 use crate::suite::options::{self, PULSE_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -34,11 +35,8 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             Some("off unless asked for: -o pulse_seconds=N".into()),
         );
     }
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
-    let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
+    let backends = open_gpus_or_finish!(ctx, report);
+    let drivers = gpu_devices::drivers_of(&backends);
     let root = ctx.root.clone();
     let last_seq_before = kernel_log::read_records(&root)
         .ok()

@@ -8,10 +8,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::engine::backend::gpu::driver::{GpuDriver, MatmulPrecision};
+use crate::engine::backend::gpu::driver::MatmulPrecision;
 use crate::record::{Check, StageResult, Verdict};
 use crate::runtime::telemetry::{Sampler, ThrottleReason};
 use crate::suite::gpu_devices;
+use crate::suite::gpu_devices::open_gpus_or_finish;
 use crate::suite::options::{self, THROTTLE_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -72,11 +73,8 @@ fn is_trouble(reason: ThrottleReason) -> bool {
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let seconds = options::number(ctx.options(), THROTTLE_SECONDS, DEFAULT_SECONDS);
-    let backends = match gpu_devices::open_for_stage(ctx.options()) {
-        Ok(backends) => backends,
-        Err((verdict, why)) => return report.finish_as(verdict, Some(why)),
-    };
-    let drivers: Vec<&dyn GpuDriver> = backends.iter().map(|b| b.driver().as_ref()).collect();
+    let backends = open_gpus_or_finish!(ctx, report);
+    let drivers = gpu_devices::drivers_of(&backends);
     let mut sampler = Sampler::discover(&ctx.root);
     ctx.progress(0.0, Some(format!("every GPU loaded for {seconds:.0} s")));
     let mut watched: BTreeMap<String, Watched> = BTreeMap::new();
