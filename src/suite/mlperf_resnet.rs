@@ -2,8 +2,6 @@
 //! top-1 0.759, timed and logged to MLLOG as a closed-division run (open when the
 //! options leave the closed rules).
 
-use std::path::PathBuf;
-
 use super::options::{self, IMAGE_SIZE, LOADER_THREADS};
 use super::plan::DatasetPlan;
 use super::stage::{StageContext, StageReport};
@@ -52,9 +50,11 @@ pub fn run(ctx: &mut StageContext<'_>, nth: Option<u8>) -> StageResult {
         return StageReport::new(name)
             .finish_as(Verdict::Error, Some("the run's plan has no recipe".into()));
     };
-    let dataset = match &ctx.plan.dataset {
-        DatasetPlan::Folder { path } => path.clone(),
-        _ => PathBuf::from(DEFAULT_DATASET),
+    let DatasetPlan::Folder { path: dataset } = ctx.plan.dataset.clone() else {
+        return StageReport::new(name).finish_as(
+            Verdict::Error,
+            Some("the run's plan has no dataset folder".into()),
+        );
     };
     if !dataset.exists() {
         return StageReport::new(name).finish_as(
