@@ -301,3 +301,63 @@ fn power_logs_with_negative_readings_are_refused() {
         "{run:#}"
     );
 }
+
+/// A folder of result files names its system after the submission's `systems/`
+/// description when it has one, else after the platform its logs name, else after the
+/// folder's absolute path; never after an empty or relative name.
+#[test]
+fn a_folder_of_results_is_named_by_its_system_then_its_logs_then_its_path() {
+    let work = tempfile::tempdir().unwrap();
+    let minimal = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mlperf/minimal_resnet_pass.log"),
+    )
+    .unwrap();
+    let platform = minimal
+        .lines()
+        .find(|l| l.contains("\"submission_platform\""))
+        .unwrap()
+        .to_string();
+    let write_five = |dir: &Path, log: &str| {
+        std::fs::create_dir_all(dir).unwrap();
+        for i in 0..5 {
+            std::fs::write(dir.join(format!("result_{i}.txt")), log).unwrap();
+        }
+    };
+    let name_in = |cwd: &Path, folder: &str| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+            .current_dir(cwd)
+            .args(["mlperf", "score", "--json", folder])
+            .output()
+            .unwrap();
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+        });
+        json["systems"][0]["system"].as_str().unwrap().to_string()
+    };
+    // A relative folder: the platform its logs name.
+    write_five(&work.path().join("five"), &minimal);
+    let logged = serde_json::from_str::<Value>(platform.split(":::MLLOG ").nth(1).unwrap())
+        .unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!logged.is_empty());
+    assert_eq!(name_in(work.path(), "five"), logged);
+    assert_eq!(name_in(work.path(), "five/"), logged);
+    // No platform logged: the folder's absolute path.
+    write_five(
+        &work.path().join("unnamed"),
+        &minimal.replace(&format!("{platform}\n"), ""),
+    );
+    let absolute = std::fs::canonicalize(work.path().join("unnamed")).unwrap();
+    assert_eq!(
+        name_in(work.path(), "unnamed"),
+        absolute.display().to_string()
+    );
+    // A submission's layout with the system described: the system's folder name.
+    let org = work.path().join("org");
+    write_five(&org.join("results/box-a/resnet"), &minimal);
+    std::fs::create_dir_all(org.join("systems")).unwrap();
+    std::fs::write(org.join("systems/box-a.json"), "{}").unwrap();
+    assert_eq!(name_in(&org.join("results"), "box-a/resnet"), "box-a");
+}

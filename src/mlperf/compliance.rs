@@ -445,9 +445,17 @@ pub fn check(log: &MlLogText) -> Compliance {
     }
     let mut errors: Vec<String> = messages.keyed.into_values().collect();
     errors.extend(messages.other);
+    // The checker runs the common rules again inside each later rule set, so one
+    // repeated key would warn once per set.
+    let mut warnings: Vec<String> = Vec::new();
+    for warning in messages.warnings {
+        if !warnings.contains(&warning) {
+            warnings.push(warning);
+        }
+    }
     Compliance {
         errors,
-        warnings: messages.warnings,
+        warnings,
         division: log
             .first("submission_division")
             .and_then(|e| e.value.as_str().map(str::to_string)),
@@ -624,6 +632,17 @@ mod tests {
         let result = check(&MlLogText::parse(&doubled));
         assert!(result.passed(), "{:?}", result.errors);
         assert_eq!(result.warnings.len(), 1);
+
+        // A key of the common rules repeated warns once, not once per rule set.
+        for key in ["submission_org", "global_batch_size", "run_start"] {
+            let line = MINIMAL
+                .lines()
+                .find(|l| l.contains(&format!("\"{key}\"")))
+                .unwrap();
+            let doubled = MINIMAL.replace(line, &format!("{line}\n{line}"));
+            let result = check(&MlLogText::parse(&doubled));
+            assert_eq!(result.warnings.len(), 1, "{key}: {:?}", result.warnings);
+        }
 
         let seed = MINIMAL
             .lines()

@@ -161,9 +161,14 @@ impl RunScore {
         };
         let starts = log.with_key("run_start").count();
         if starts > 1 {
+            // One warning for the key, saying both what the checker says and how the
+            // time is counted.
+            score
+                .warnings
+                .retain(|w| !w.starts_with("run_start appears"));
             score.warnings.push(format!(
-                "run_start appears {starts} times: the time counts from the last one before \
-                 run_stop, as result_summarizer counts it"
+                "run_start appears {starts} times, where it should appear once: the time \
+                 counts from the last one before run_stop, as result_summarizer counts it"
             ));
         }
         score.reason = why_not_counted(&compliance, log, &score);

@@ -61,6 +61,36 @@ fn name_of(path: &Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
+/// The `submission_platform` a result file logs.
+fn platform_of(file: &Path) -> Option<String> {
+    super::log::MlLogText::read(file).ok().and_then(|log| {
+        log.first("submission_platform")
+            .and_then(|e| e.value.as_str().map(str::to_string))
+    })
+}
+
+/// The system a folder of result files belongs to: the system folder it sits in when
+/// a submission's `systems/` describes that system (`ORG/results/<system>/resnet`),
+/// else the platform its logs name, else the folder's absolute path.
+fn system_of_benchmark_folder(path: &Path, files: &[(String, PathBuf)]) -> String {
+    let absolute = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Some(system_dir) = absolute.parent() {
+        let system = name_of(system_dir);
+        let described = system_dir
+            .parent()
+            .filter(|results| name_of(results) == "results")
+            .and_then(Path::parent)
+            .is_some_and(|org| org.join("systems").join(format!("{system}.json")).is_file());
+        if described {
+            return system;
+        }
+    }
+    files
+        .iter()
+        .find_map(|(_, file)| platform_of(file))
+        .unwrap_or_else(|| absolute.display().to_string())
+}
+
 /// A system folder (`<system>/resnet/…`): its ResNet result, other benchmarks skipped.
 fn system_folder(dir: &Path, out: &mut Vec<SystemSource>) -> Result<(), MlperfError> {
     let mut skipped = Vec::new();
@@ -120,10 +150,10 @@ pub fn collect(paths: &[PathBuf]) -> Result<Vec<SystemSource>, MlperfError> {
                 system_folder(&system, &mut systems)?;
             }
         } else if !result_files(path)?.is_empty() {
-            let system = path.parent().map(name_of).unwrap_or_else(|| name_of(path));
+            let files = result_files(path)?;
             systems.push(SystemSource {
-                system,
-                files: result_files(path)?,
+                system: system_of_benchmark_folder(path, &files),
+                files,
                 benchmark_dir: Some(path.clone()),
                 skipped: Vec::new(),
             });
@@ -146,13 +176,7 @@ pub fn collect(paths: &[PathBuf]) -> Result<Vec<SystemSource>, MlperfError> {
     }
     let mut by_platform: BTreeMap<String, Vec<(String, PathBuf)>> = BTreeMap::new();
     for file in loose {
-        let platform = super::log::MlLogText::read(&file)
-            .ok()
-            .and_then(|log| {
-                log.first("submission_platform")
-                    .and_then(|e| e.value.as_str().map(str::to_string))
-            })
-            .unwrap_or_else(|| "unnamed".to_string());
+        let platform = platform_of(&file).unwrap_or_else(|| "unnamed".to_string());
         let name = match file.file_name().and_then(|n| n.to_str()) {
             Some("mllog.txt") => {
                 let parent = file.parent();
