@@ -62,6 +62,8 @@ pub fn execute(
     });
     let total = stages.len().max(1);
     let mut verdicts = Vec::new();
+    // A failed run's summary says why: its first failing stage and that stage's word.
+    let mut first_failure: Option<String> = None;
     let telemetry = TelemetryRecorder::start(RecorderConfig {
         root: env.root.clone(),
         csv_path: env
@@ -116,6 +118,9 @@ pub fn execute(
             hardware = Some(h);
         }
         verdicts.push(result.verdict);
+        if first_failure.is_none() && matches!(result.verdict, Verdict::Fail | Verdict::Error) {
+            first_failure = Some(failure_message(&result));
+        }
         emit(WorkerEvent::StageFinished { result });
     }
     drop(telemetry);
@@ -124,7 +129,7 @@ pub fn execute(
     } else {
         match Verdict::combine(verdicts) {
             Verdict::Pass | Verdict::Skip => (RunState::Passed, None),
-            Verdict::Fail | Verdict::Error => (RunState::Failed, None),
+            Verdict::Fail | Verdict::Error => (RunState::Failed, first_failure),
         }
     };
     emit(WorkerEvent::RunFinished {
@@ -132,6 +137,26 @@ pub fn execute(
         message: message.clone(),
     });
     state
+}
+
+/// Why a stage failed, in one line: its name, verdict and message, else its first
+/// failing check.
+fn failure_message(result: &StageResult) -> String {
+    let verdict = match result.verdict {
+        Verdict::Error => "could not run",
+        _ => "failed",
+    };
+    let why = result.message.clone().or_else(|| {
+        result
+            .checks
+            .iter()
+            .find(|c| matches!(c.verdict, Verdict::Fail | Verdict::Error))
+            .map(|c| format!("{}: expected {}, found {}", c.name, c.expected, c.found))
+    });
+    match why {
+        Some(why) => format!("stage {} {verdict}: {why}", result.name),
+        None => format!("stage {} {verdict}", result.name),
+    }
 }
 
 /// Where a plan is executed, besides the plan itself.
