@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::runs::{ipmitool_stand_in, only_run, stage_metric};
+use common::runs::{ipmitool_stand_in, only_run, output_text, run_dirs, stage_metric};
 
 fn minimal_log() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mlperf/minimal_resnet_pass.log")
@@ -110,6 +110,89 @@ fn a_benchmark_writing_its_own_file_is_followed_too() {
             .count(),
         29
     );
+    // The command's own output is kept beside the MLLOG it wrote to its file.
+    let output = fs::read_to_string(dir.join("external.log")).unwrap();
+    assert!(output.contains("starting benchmark"), "{output}");
+    assert_eq!(output.matches("step loss").count(), 29, "{output}");
+}
+
+/// A benchmark that appends to a seed-named file, as tinygrad's `result_<SEED>.txt`:
+/// a second run with the same seed records only its own lines, and says the file held
+/// earlier ones.
+#[test]
+fn a_second_run_appending_to_the_same_file_records_only_its_own_lines() {
+    let work = tempfile::tempdir().unwrap();
+    let bench = script(work.path(), true);
+    let state = work.path().join("state");
+    let options = [
+        format!("command=[\"sh\", \"{}\"]", bench.display()),
+        format!("cwd={}", work.path().display()),
+        "mllog=result.txt".into(),
+    ];
+    for round in 1..=2 {
+        let out = run(&state, &options);
+        assert!(out.status.success(), "round {round}: {}", output_text(&out));
+    }
+    assert_eq!(
+        fs::read_to_string(work.path().join("result.txt"))
+            .unwrap()
+            .lines()
+            .count(),
+        58
+    );
+    let dirs = run_dirs(&state);
+    assert_eq!(dirs.len(), 2);
+    for dir in &dirs {
+        let record: serde_json::Value =
+            serde_json::from_slice(&fs::read(dir.join("run.json")).unwrap()).unwrap();
+        assert_eq!(record["state"], "passed", "{record:#}");
+        let mllog = fs::read_to_string(dir.join("mllog.txt")).unwrap();
+        assert_eq!(mllog.lines().count(), 29, "{}", dir.display());
+        assert_eq!(mllog.matches("\"run_start\"").count(), 1);
+        let findings = record["stages"][0]["findings"].to_string();
+        assert!(!findings.contains("appears 2 times"), "{findings}");
+    }
+    let second: serde_json::Value =
+        serde_json::from_slice(&fs::read(dirs[1].join("run.json")).unwrap()).unwrap();
+    assert!(
+        second["stages"][0]["findings"]
+            .to_string()
+            .contains("already held"),
+        "{second:#}"
+    );
+}
+
+/// A log with a repeated key warns once for it, and no finding is written twice.
+#[test]
+fn each_warning_is_one_finding() {
+    let work = tempfile::tempdir().unwrap();
+    let log = fs::read_to_string(minimal_log()).unwrap();
+    let run_start = log.lines().find(|l| l.contains("\"run_start\"")).unwrap();
+    let doubled = work.path().join("doubled.log");
+    fs::write(
+        &doubled,
+        log.replace(run_start, &format!("{run_start}\n{run_start}")),
+    )
+    .unwrap();
+    let state = work.path().join("state");
+    let out = run(&state, &[format!("command=cat '{}'", doubled.display())]);
+    assert!(out.status.success(), "{}", output_text(&out));
+    let (_, record) = only_run(&state);
+    let findings: Vec<&str> = record["stages"][0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    let mut unique = findings.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), findings.len(), "{findings:#?}");
+    assert_eq!(
+        findings.iter().filter(|f| f.contains("run_start")).count(),
+        1,
+        "{findings:#?}"
+    );
 }
 
 fn process_alive(pid: u32) -> bool {
@@ -178,6 +261,69 @@ fn cancel_stops_the_command_and_its_children() {
     );
 }
 
+/// A cancelled benchmark gets SIGINT first (a Python benchmark cleans up on it), and
+/// the shared memory and semaphores its processes left in /dev/shm are removed and
+/// named; what was there before the run stays.
+#[test]
+fn cancel_interrupts_first_and_leaves_dev_shm_clean() {
+    let work = tempfile::tempdir().unwrap();
+    let tag = format!(
+        "tinyperf-test-{}-{}",
+        std::process::id(),
+        work.path().file_name().unwrap().to_string_lossy()
+    );
+    let shm = Path::new("/dev/shm");
+    let before = shm.join(format!("{tag}-before"));
+    fs::write(&before, b"not the run's").unwrap();
+    let marker = work.path().join("interrupted");
+    let line = format!(
+        "trap 'echo INT > \"{marker}\"; exit 130' INT; \
+         head -c 65536 /dev/zero > /dev/shm/{tag}-resnet_0; echo 1 > /dev/shm/sem.{tag}; \
+         echo ':::MLLOG {{\"time_ms\": 1, \"key\": \"run_start\", \"value\": null, \"metadata\": {{}}}}'; \
+         sleep 300 & wait",
+        marker = marker.display()
+    );
+    let state = work.path().join("state");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+        .args(["run", "external", "--events", "jsonl", "--state-dir"])
+        .arg(&state)
+        .arg("-o")
+        .arg(format!("command={line}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        if line.unwrap().contains("clock started") {
+            break;
+        }
+    }
+    assert!(shm.join(format!("{tag}-resnet_0")).exists());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = lines.count();
+    child.wait().unwrap();
+    let (_, record) = only_run(&state);
+    assert_eq!(record["state"], "cancelled", "{record:#}");
+    assert_eq!(
+        fs::read_to_string(&marker).unwrap_or_default().trim(),
+        "INT"
+    );
+    for left in [format!("{tag}-resnet_0"), format!("sem.{tag}")] {
+        assert!(!shm.join(&left).exists(), "{left} left in /dev/shm");
+        assert!(
+            record["stages"][0]["findings"].to_string().contains(&left),
+            "{left} not named: {record:#}"
+        );
+    }
+    assert!(before.exists(), "what was there before the run was removed");
+    fs::remove_file(before).unwrap();
+}
+
 #[test]
 fn commands_that_go_wrong_get_a_recorded_outcome() {
     // (option, the stage's verdict, what the record says)
@@ -211,6 +357,12 @@ fn commands_that_go_wrong_get_a_recorded_outcome() {
             "{option}: {record:#}"
         );
         assert!(record.to_string().contains(says), "{option}: {record:#}");
+        // The run's summary, and so its brief, says why.
+        let message = record["summary"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with("stage external") && message.contains(says),
+            "{option}: {message:?}"
+        );
     }
     // Options the suite does not take are usage errors, before anything runs.
     let work = tempfile::tempdir().unwrap();

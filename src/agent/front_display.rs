@@ -213,6 +213,7 @@ mod tests {
             current_suite: Some("smoke".into()),
             current_stage: Some("train, then\neval".into()),
             progress: 0.42,
+            message: None,
             last_run: None,
             unsaved_runs: Vec::new(),
             sku: "tinybox-green".into(),

@@ -111,10 +111,10 @@ mod tests {
             planned_epochs: 1,
             global_step: step,
             planned_steps: 100_000,
-            loss: 1.0,
-            accuracy: 0.5,
+            loss: Some(1.0),
+            accuracy: Some(0.5),
             images_per_s: 100.0,
-            lr: 0.1,
+            lr: Some(0.1),
             eval_accuracy: None,
             elapsed_s: step as f64,
         }

@@ -78,6 +78,7 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         current_suite: None,
         current_stage: None,
         progress: 0.0,
+        message: None,
         last_run: None,
         unsaved_runs: Vec::new(),
         sku: hardware.sku.clone(),

@@ -42,6 +42,9 @@ pub struct StatusSnapshot {
     pub current_stage: Option<String>,
     /// Progress of the current run, 0..1; 0 when idle.
     pub progress: f64,
+    /// What the run in progress last said it was doing (`epoch 3 of 37 done`), `None`
+    /// when idle or before it said anything.
+    pub message: Option<String>,
     /// The newest finished run in the store, `None` when it holds none.
     pub last_run: Option<RunBrief>,
     /// Runs whose record the disk has not taken yet (a full state directory); the

@@ -283,6 +283,9 @@ impl Supervisor {
                 let progress = {
                     let mut status = write(&self.shared.status);
                     status.progress = status.progress.max(progress.clamp(0.0, 1.0));
+                    if message.is_some() {
+                        status.message = message.clone();
+                    }
                     status.progress
                 };
                 self.publish(AgentEvent::Progress {
@@ -432,6 +435,7 @@ impl Supervisor {
             status.current_suite = None;
             status.current_stage = None;
             status.progress = 0.0;
+            status.message = None;
         }
         *write(&self.shared.counters)
             .runs_finished
@@ -471,6 +475,7 @@ impl Supervisor {
             status.current_suite = Some(record.suite.clone());
             status.current_stage = None;
             status.progress = 0.0;
+            status.message = None;
         }
         write(&self.shared.counters).runs_started += 1;
         write(&self.shared.live).begin(&record.id);

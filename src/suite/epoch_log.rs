@@ -73,10 +73,10 @@ mod tests {
             planned_epochs: 3,
             global_step: u64::from(epoch) * 4,
             planned_steps: 12,
-            loss: 1.0 / f64::from(epoch),
-            accuracy: 0.5,
+            loss: Some(1.0 / f64::from(epoch)),
+            accuracy: Some(0.5),
             images_per_s: 100.0,
-            lr: 0.1,
+            lr: Some(0.1),
             eval_accuracy: Some(0.7),
             elapsed_s: f64::from(epoch),
         }

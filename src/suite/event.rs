@@ -33,14 +33,18 @@ pub struct TrainPoint {
     pub global_step: u64,
     /// How many steps the stage plans in all.
     pub planned_steps: u64,
-    /// The step's loss, or the epoch's mean.
-    pub loss: f64,
-    /// Training top-1 of the step's batch, or of the epoch.
-    pub accuracy: f64,
+    /// The step's loss, or the epoch's mean; `None` where the trainer does not say (an
+    /// external benchmark's MLLOG).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    /// Training top-1 of the step's batch, or of the epoch, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<f64>,
     /// Training throughput, in images per second.
     pub images_per_s: f64,
-    /// The learning rate at that step or epoch.
-    pub lr: f64,
+    /// The learning rate at that step or epoch, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
     /// Evaluation top-1, on epoch points that had an evaluation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eval_accuracy: Option<f64>,

@@ -155,6 +155,7 @@ mod tests {
             current_suite: Some("inventory".into()),
             current_stage: None,
             progress: 0.25,
+            message: None,
             last_run: None,
             unsaved_runs: Vec::new(),
             sku: "tinybox-\"green\"".into(),

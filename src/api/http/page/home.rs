@@ -77,6 +77,7 @@ struct Running {
     epoch: Option<String>,
     elapsed: Option<String>,
     eta: Option<String>,
+    message: Option<String>,
     stages: Vec<StageRow>,
 }
 
@@ -152,7 +153,10 @@ fn running(d: &PageData<'_>) -> Option<Running> {
                 duration_text((p.planned_steps - p.global_step) as f64 / rate)
             });
             (
-                Some(format!("{} of {}", p.epoch, p.planned_epochs)),
+                Some(match p.planned_epochs {
+                    0 => p.epoch.to_string(),
+                    planned => format!("{} of {planned}", p.epoch),
+                }),
                 Some(duration_text(p.elapsed_s)),
                 eta,
             )
@@ -170,6 +174,7 @@ fn running(d: &PageData<'_>) -> Option<Running> {
         epoch,
         elapsed,
         eta,
+        message: status.message.clone(),
         stages: d.current.map(|r| stage_rows(&r.stages)).unwrap_or_default(),
     })
 }
@@ -213,6 +218,7 @@ mod tests {
             current_suite: Some("acceptance".into()),
             current_stage: Some("gemm".into()),
             progress: 0.4,
+            message: None,
             last_run: None,
             unsaved_runs: Vec::new(),
             sku: "tinybox-green".into(),
@@ -363,10 +369,10 @@ mod tests {
             planned_epochs: 10,
             global_step: step,
             planned_steps: 100,
-            loss: 2.0 / (step as f64 + 1.0),
-            accuracy: 0.5,
+            loss: Some(2.0 / (step as f64 + 1.0)),
+            accuracy: Some(0.5),
             images_per_s: 1000.0 + step as f64,
-            lr: 0.1,
+            lr: Some(0.1),
             eval_accuracy: (kind == TrainPointKind::Epoch).then_some(0.6),
             elapsed_s: step as f64,
         }

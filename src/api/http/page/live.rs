@@ -96,13 +96,13 @@ pub(super) fn tiles(
 pub(super) fn live_figures(live: &LiveRun) -> Vec<SvgFigure> {
     let mut figures = Vec::new();
     if !live.train.is_empty() {
-        let steps = |f: fn(&TrainPoint) -> f64| {
+        let steps = |f: fn(&TrainPoint) -> Option<f64>| {
             live.train
                 .iter()
-                .map(|p| (p.global_step as f64, f(p)))
+                .filter_map(|p| Some((p.global_step as f64, f(p)?)))
                 .collect::<Vec<_>>()
         };
-        let one_line = |title: &str, unit: &str, label: &str, f: fn(&TrainPoint) -> f64| {
+        let one_line = |title: &str, unit: &str, label: &str, f: fn(&TrainPoint) -> Option<f64>| {
             let label = label.to_string();
             svg::figure(
                 title,
@@ -113,7 +113,9 @@ pub(super) fn live_figures(live: &LiveRun) -> Vec<SvgFigure> {
                 }],
             )
         };
-        figures.push(one_line("throughput", "img/s", "img/s", |p| p.images_per_s));
+        figures.push(one_line("throughput", "img/s", "img/s", |p| {
+            Some(p.images_per_s)
+        }));
         figures.push(one_line("loss", "", "loss", |p| p.loss));
         let evals: Vec<(f64, f64)> = live
             .train
@@ -174,16 +176,21 @@ pub(super) fn recent_train(live: &LiveRun) -> Vec<Vec<String>> {
             vec![
                 p.epoch.to_string(),
                 p.global_step.to_string(),
-                format!("{:.4}", p.loss),
-                format!("{:.3}", p.accuracy),
+                known(p.loss, |l| format!("{l:.4}")),
+                known(p.accuracy, |a| format!("{a:.3}")),
                 p.eval_accuracy
                     .map(|a| format!("{a:.3}"))
                     .unwrap_or_else(|| "—".into()),
                 format!("{:.1}", p.images_per_s),
-                format!("{:.4}", p.lr),
+                known(p.lr, |lr| format!("{lr:.4}")),
             ]
         })
         .collect()
+}
+
+/// A figure as text, or a dash where it is not known.
+fn known(value: Option<f64>, text: impl Fn(f64) -> String) -> String {
+    value.map(text).unwrap_or_else(|| "—".into())
 }
 
 /// The newest telemetry samples, newest first.

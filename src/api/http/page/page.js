@@ -153,7 +153,7 @@
     if (p.eval_accuracy !== undefined && p.eval_accuracy !== null) acc.eval = p.eval_accuracy;
     top1.add(x, acc);
     lr.add(x, { lr: p.lr });
-    setText("epoch", p.epoch + " of " + p.planned_epochs);
+    setText("epoch", p.planned_epochs > 0 ? p.epoch + " of " + p.planned_epochs : String(p.epoch));
     setText("elapsed", duration(p.elapsed_s));
     if (p.global_step > 0 && p.planned_steps > p.global_step) {
       var rate = p.global_step / Math.max(p.elapsed_s, 1e-9);
@@ -215,6 +215,7 @@
     if (bar) bar.value = pct;
     setText("progress-text", pct.toFixed(0) + " %");
     if (status.current_stage) setText("stage", status.current_stage);
+    if (status.message) setText("progress-message", status.message);
   }
   var reloading = false;
   function reload() {

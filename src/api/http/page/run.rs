@@ -269,12 +269,12 @@ fn train_charts(jsonl: &[u8]) -> Vec<ChartData> {
         points.iter().map(f).collect::<Vec<_>>()
     };
     vec![
-        chart("loss per epoch", "", vec![("loss", of(|p| Some(p.loss)))]),
+        chart("loss per epoch", "", vec![("loss", of(|p| p.loss))]),
         chart(
             "top-1 per epoch",
             "",
             vec![
-                ("train", of(|p| Some(p.accuracy))),
+                ("train", of(|p| p.accuracy)),
                 ("eval", of(|p| p.eval_accuracy)),
             ],
         ),
@@ -283,11 +283,7 @@ fn train_charts(jsonl: &[u8]) -> Vec<ChartData> {
             "img/s",
             vec![("img/s", of(|p| Some(p.images_per_s)))],
         ),
-        chart(
-            "learning rate per epoch",
-            "",
-            vec![("lr", of(|p| Some(p.lr)))],
-        ),
+        chart("learning rate per epoch", "", vec![("lr", of(|p| p.lr))]),
     ]
 }
 
