@@ -262,8 +262,8 @@ fn cancel_stops_the_command_and_its_children() {
 }
 
 /// A cancelled benchmark gets SIGINT first (a Python benchmark cleans up on it), and
-/// the shared memory and semaphores its processes left in /dev/shm are removed and
-/// named; what was there before the run stays.
+/// the shared memory and semaphores its processes held and left in /dev/shm are removed
+/// and named; what was there before the run stays.
 #[test]
 fn cancel_interrupts_first_and_leaves_dev_shm_clean() {
     let work = tempfile::tempdir().unwrap();
@@ -278,7 +278,7 @@ fn cancel_interrupts_first_and_leaves_dev_shm_clean() {
     let marker = work.path().join("interrupted");
     let line = format!(
         "trap 'echo INT > \"{marker}\"; exit 130' INT; \
-         head -c 65536 /dev/zero > /dev/shm/{tag}-resnet_0; echo 1 > /dev/shm/sem.{tag}; \
+         exec 3>/dev/shm/{tag}-resnet_0 4>/dev/shm/sem.{tag}; head -c 65536 /dev/zero >&3; \
          echo ':::MLLOG {{\"time_ms\": 1, \"key\": \"run_start\", \"value\": null, \"metadata\": {{}}}}'; \
          sleep 300 & wait",
         marker = marker.display()
@@ -327,7 +327,7 @@ fn cancel_interrupts_first_and_leaves_dev_shm_clean() {
 #[test]
 fn commands_that_go_wrong_get_a_recorded_outcome() {
     // (option, the stage's verdict, what the record says)
-    let cases: [(&str, &str, &str); 5] = [
+    let cases: [(&str, &str, &str); 6] = [
         (
             "command=[\"/nonexistent/benchmark\"]",
             "error",
@@ -340,6 +340,8 @@ fn commands_that_go_wrong_get_a_recorded_outcome() {
         ),
         ("command=echo ':::MLLOG {garbage'", "error", "none readable"),
         ("command=cat '{log}'; exit 3", "fail", "exit status: 3"),
+        // A benchmark that stops before its target logs no run_stop.
+        ("command=head -n 28 '{log}'", "fail", "no run_stop"),
         ("command=sleep 30", "error", "timeout"),
     ];
     for (option, verdict, says) in cases {

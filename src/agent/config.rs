@@ -448,3 +448,45 @@ mod tests {
         assert!(err.to_string().contains("/nonexistent/tinyperf.toml"));
     }
 }
+
+#[cfg(test)]
+mod shipped_definitions {
+    use super::*;
+
+    /// The lines of the commented-out table `[benchmarks.NAME]` in `text`, uncommented.
+    fn uncommented_table(text: &str, name: &str) -> String {
+        let header = format!("# [benchmarks.{name}]");
+        text.lines()
+            .skip_while(|l| *l != header)
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| &l[2..])
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_shipped_tinygrad_definition_is_one_the_agent_takes() {
+        let shipped = include_str!("../../systemd/tinyperf.toml");
+        let table = uncommented_table(shipped, "tinygrad-resnet");
+        assert!(table.contains("epochs = 37"), "{table}");
+        let config = Config::parse(&table, Path::new("tinyperf.toml")).unwrap();
+        let options = &config.benchmarks["tinygrad-resnet"];
+        assert_eq!(options["mllog"], "result_1234.txt");
+        assert_eq!(options["env"]["TRAIN_BEAM"], "4");
+        let spec = crate::suite::external::spec(options).unwrap();
+        assert_eq!(spec.epochs, Some(37));
+        assert_eq!(spec.command[..2], ["sh", "-c"]);
+        assert!(
+            spec.command[2].contains("INITMLPERF=1") && spec.command[2].contains("RUNMLPERF=1")
+        );
+        // The documented definition is the shipped one.
+        let docs = include_str!("../../docs/tinygrad.md");
+        let documented = docs
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let documented = Config::parse(documented, Path::new("tinyperf.toml")).unwrap();
+        assert_eq!(documented.benchmarks, config.benchmarks);
+    }
+}

@@ -42,6 +42,8 @@ pub const BENCHMARK: &str = "benchmark";
 /// The run's file holding everything the command wrote on stdout and stderr.
 pub const OUTPUT_FILE: &str = "external.log";
 const POLL: Duration = Duration::from_millis(100);
+/// How often the shared memory the command's processes hold is looked at.
+const SHM_LOOK: Duration = Duration::from_secs(1);
 /// How long the output of a stopped command may take to drain.
 const DRAIN: Duration = Duration::from_secs(1);
 
@@ -172,7 +174,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             follow.skipped_bytes
         ));
     }
-    let shared_memory = ShmSweep::start(Path::new(shm::SHM_DIR));
+    let mut shared_memory = ShmSweep::start(Path::new(shm::SHM_DIR));
     let power = PowerLog::prepare(&ctx.root, &run_dir.join(crate::mlperf::package::POWER_FILE));
     stage_report.findings.extend(power.findings.iter().cloned());
     // The command's clock is its own: the measurement covers all of it.
@@ -205,8 +207,14 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     drop(tx);
     let mut progress = MllogProgress::new(NAME, spec.epochs);
     let stdout_is_mllog = file_follow.is_none();
+    let pgid = child.id() as i32;
+    let mut last_look = Instant::now();
     let mut ending = None;
     let status = loop {
+        if last_look.elapsed() >= SHM_LOOK {
+            shared_memory.observe(pgid);
+            last_look = Instant::now();
+        }
         let mut follower = Follower {
             sinks: &mut sinks,
             progress: &mut progress,
@@ -240,6 +248,8 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         }
         std::thread::sleep(POLL);
     };
+    // What it holds as it is stopped; what it made and let go of before is seen earlier.
+    shared_memory.observe(pgid);
     // However it ended, nothing of the group outlives the stage.
     if let Some(signal) = group::stop(&mut child) {
         stage_report.findings.push(match status {

@@ -1,26 +1,24 @@
 //! Shared memory a benchmark left behind. Python benchmarks keep their data batches in
 //! POSIX shared memory (`/dev/shm/NAME`) and semaphores (`/dev/shm/sem.NAME`); a run
 //! stopped before it cleans up leaves them there, several GB of RAM until the next
-//! start. What a run's processes made is told apart by name, owner and time: an entry
-//! that was not there when the run started, belongs to the run's user, was changed
-//! after the start, and no live process holds open or mapped.
+//! start. What the run made is told apart by who held it: while the run goes, the
+//! entries its process group holds open or mapped are noted (those that were not there
+//! when it started); at the end, those still there that no live process holds are
+//! removed. Another program's segment is never touched, whoever owns it.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 /// Where POSIX shared memory and named semaphores live.
 pub const SHM_DIR: &str = "/dev/shm";
 
-/// The entries of the shared-memory folder when a run started.
+/// What the run's processes held in the shared-memory folder.
 #[derive(Debug)]
 pub struct ShmSweep {
     dir: PathBuf,
     before: HashSet<OsString>,
-    started: SystemTime,
-    uid: u32,
+    seen: HashSet<PathBuf>,
 }
 
 /// One entry removed, or one that could not be.
@@ -48,72 +46,101 @@ impl ShmSweep {
         ShmSweep {
             dir: dir.to_path_buf(),
             before,
-            // The file system stamps times from a coarse clock that may lag this one.
-            started: SystemTime::now() - std::time::Duration::from_secs(1),
-            uid: nix::unistd::geteuid().as_raw(),
+            seen: HashSet::new(),
         }
     }
 
-    /// Removes what the run left: new regular files of this user, changed since the
-    /// start, that no process holds.
+    /// Notes the new entries the processes of group `pgid` hold now.
+    pub fn observe(&mut self, pgid: i32) {
+        for process in processes() {
+            if group_of(&process) != Some(pgid) {
+                continue;
+            }
+            for path in held_by(&process) {
+                let new = path.parent() == Some(self.dir.as_path())
+                    && path
+                        .file_name()
+                        .is_some_and(|name| !self.before.contains(name));
+                if new {
+                    self.seen.insert(path);
+                }
+            }
+        }
+    }
+
+    /// Removes the entries the run held that are still there and no process holds.
     pub fn sweep(&self) -> Vec<Leftover> {
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        let candidates: Vec<(PathBuf, u64)> = entries
-            .filter_map(Result::ok)
-            .filter(|e| !self.before.contains(&e.file_name()))
-            .filter_map(|e| {
-                let meta = std::fs::symlink_metadata(e.path()).ok()?;
-                let changed = meta.modified().ok()?;
-                (meta.file_type().is_file() && meta.uid() == self.uid && changed >= self.started)
-                    .then(|| (e.path(), meta.len()))
+        let left: Vec<(PathBuf, u64)> = self
+            .seen
+            .iter()
+            .filter_map(|path| {
+                let meta = std::fs::symlink_metadata(path).ok()?;
+                meta.file_type()
+                    .is_file()
+                    .then(|| (path.clone(), meta.len()))
             })
             .collect();
-        if candidates.is_empty() {
+        if left.is_empty() {
             return Vec::new();
         }
-        let held = held_paths();
-        candidates
+        let held: HashSet<PathBuf> = processes().iter().flat_map(|p| held_by(p)).collect();
+        let mut removed: Vec<Leftover> = left
             .into_iter()
             .filter(|(path, _)| !held.contains(path))
             .map(|(path, bytes)| {
                 let error = std::fs::remove_file(&path).err().map(|e| e.to_string());
                 Leftover { path, bytes, error }
             })
-            .collect()
+            .collect();
+        removed.sort_by(|a, b| a.path.cmp(&b.path));
+        removed
     }
 }
 
-/// Every path a live process has open or mapped, from `/proc`.
-fn held_paths() -> HashSet<PathBuf> {
-    let mut held = HashSet::new();
-    let Ok(processes) = std::fs::read_dir("/proc") else {
-        return held;
+/// Every live process's `/proc` folder.
+fn processes() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
     };
-    for process in processes.filter_map(Result::ok) {
-        let dir = process.path();
-        if !process
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        {
-            continue;
-        }
-        if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
-            held.extend(
-                fds.filter_map(Result::ok)
-                    .filter_map(|fd| std::fs::read_link(fd.path()).ok()),
-            );
-        }
-        if let Ok(maps) = std::fs::read_to_string(dir.join("maps")) {
-            held.extend(
-                maps.lines()
-                    .filter_map(|l| l.split_whitespace().nth(5))
-                    .filter(|p| p.starts_with('/'))
-                    .map(PathBuf::from),
-            );
-        }
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// The process group of a process, from its `stat` (the fifth field; the name before
+/// it is in parentheses and may hold spaces).
+fn group_of(process: &Path) -> Option<i32> {
+    let stat = std::fs::read_to_string(process.join("stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+/// The files a process has open or mapped.
+fn held_by(process: &Path) -> Vec<PathBuf> {
+    let mut held = Vec::new();
+    if let Ok(fds) = std::fs::read_dir(process.join("fd")) {
+        held.extend(
+            fds.filter_map(Result::ok)
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok()),
+        );
+    }
+    if let Ok(maps) = std::fs::read_to_string(process.join("maps")) {
+        held.extend(
+            maps.lines()
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .filter(|p| p.starts_with('/'))
+                .map(PathBuf::from),
+        );
     }
     held
 }
@@ -122,20 +149,51 @@ fn held_paths() -> HashSet<PathBuf> {
 mod tests {
     use super::*;
     use std::fs;
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
 
     #[test]
-    fn only_what_appeared_since_the_start_and_nobody_holds_is_removed() {
+    fn only_what_the_group_held_and_nobody_holds_now_is_removed() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join("old-segment"), b"kept").unwrap();
-        let sweep = ShmSweep::start(dir.path());
-        fs::write(dir.path().join("resnet_batch"), vec![0u8; 4096]).unwrap();
-        fs::write(dir.path().join("sem.mp-abc"), b"x").unwrap();
-        let held = dir.path().join("held");
-        fs::write(&held, b"open").unwrap();
-        let _open = fs::File::open(&held).unwrap();
-        fs::create_dir(dir.path().join("a-folder")).unwrap();
-        let mut removed = sweep.sweep();
-        removed.sort_by(|a, b| a.path.cmp(&b.path));
+        let held_before = dir.path().join("held-before");
+        fs::write(&held_before, b"kept").unwrap();
+        let mut sweep = ShmSweep::start(dir.path());
+        // Made during the run but by another program, never held by the group.
+        fs::write(dir.path().join("someone-else"), b"kept").unwrap();
+        let ready = dir.path().join("ready");
+        let script = format!(
+            "exec 3>{d}/resnet_batch 4>{d}/sem.mp-abc 5>>{d}/held-before; head -c 4096 /dev/zero >&3; \
+             : > {d}/ready; sleep 30",
+            d = dir.path().display()
+        );
+        let mut child = Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while !ready.exists() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sweep.observe(child.id() as i32);
+        // Held still: nothing goes.
+        assert!(sweep.sweep().is_empty());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let mut removed = Vec::new();
+        while Instant::now() < until {
+            removed = sweep.sweep();
+            if removed.len() == 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let names: Vec<String> = removed
             .iter()
             .map(|l| l.path.file_name().unwrap().to_string_lossy().into_owned())
@@ -143,8 +201,7 @@ mod tests {
         assert_eq!(names, ["resnet_batch", "sem.mp-abc"]);
         assert_eq!(removed[0].bytes, 4096);
         assert!(removed.iter().all(|l| l.error.is_none()));
-        assert!(dir.path().join("old-segment").exists());
-        assert!(held.exists());
-        assert!(dir.path().join("a-folder").exists());
+        assert!(held_before.exists());
+        assert!(dir.path().join("someone-else").exists());
     }
 }
