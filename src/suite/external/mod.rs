@@ -47,63 +47,61 @@ const SHM_LOOK: Duration = Duration::from_secs(1);
 /// How long the output of a stopped command may take to drain.
 const DRAIN: Duration = Duration::from_secs(1);
 
-/// Where the run's copies of what the command writes go.
-struct Sinks {
+/// What the command writes, followed into the run's files and its progress.
+struct Following {
     mllog: File,
-    output: Option<File>,
-}
-
-impl Sinks {
-    fn output(&mut self, line: &str) {
-        if let Some(out) = self.output.as_mut() {
-            let _ = writeln!(out, "{line}");
-        }
-    }
-}
-
-/// Copies an MLLOG line to the run's MLLOG and reports what it says about progress.
-fn take_mllog_line(
-    line: &str,
-    sinks: &mut Sinks,
-    progress: &mut MllogProgress,
+    output_log: Option<File>,
+    /// Lines of the command's stdout and stderr, from their reader threads.
+    output: mpsc::Receiver<(Stream, String)>,
+    /// The MLLOG file it appends to; `None` when its MLLOG is on stdout.
+    file: Option<FileFollower>,
+    progress: MllogProgress,
     started: Instant,
-    ctx: &mut StageContext<'_>,
-) {
-    if !line.contains(TOKEN) {
-        return;
-    }
-    let _ = writeln!(sinks.mllog, "{line}");
-    publish(progress.line(line, started.elapsed().as_secs_f64()), ctx);
 }
 
-/// Takes the command's output lines as they arrive.
-struct Follower<'s> {
-    sinks: &'s mut Sinks,
-    progress: &'s mut MllogProgress,
-    started: Instant,
-    stdout_is_mllog: bool,
-}
-
-impl Follower<'_> {
-    /// Takes what has arrived, waiting up to `wait` for the streams to end.
-    fn take_output(
-        &mut self,
-        output: &mpsc::Receiver<(Stream, String)>,
-        wait: Duration,
-        ctx: &mut StageContext<'_>,
-    ) {
+impl Following {
+    /// Takes what the command has written, waiting up to `wait` for its streams to end.
+    fn take(&mut self, wait: Duration, ctx: &mut StageContext<'_>) {
         let until = Instant::now() + wait;
         loop {
             let next = match until.checked_duration_since(Instant::now()) {
-                Some(left) if !left.is_zero() => output.recv_timeout(left).ok(),
-                _ => output.try_recv().ok(),
+                Some(left) if !left.is_zero() => self.output.recv_timeout(left).ok(),
+                _ => self.output.try_recv().ok(),
             };
             let Some((stream, line)) = next else { break };
-            self.sinks.output(&line);
-            if self.stdout_is_mllog && stream == Stream::Stdout {
-                take_mllog_line(&line, self.sinks, self.progress, self.started, ctx);
+            if let Some(out) = self.output_log.as_mut() {
+                let _ = writeln!(out, "{line}");
+            }
+            if self.file.is_none() && stream == Stream::Stdout {
+                self.mllog_line(&line, ctx);
             }
         }
+        let lines = self.file.as_mut().map(FileFollower::new_lines);
+        for line in lines.into_iter().flatten() {
+            self.mllog_line(&line, ctx);
+        }
+    }
+
+    /// Takes what is left once the command has ended, a last line without its newline
+    /// included, and the last epoch's figures.
+    fn take_rest(&mut self, ctx: &mut StageContext<'_>) {
+        self.take(DRAIN, ctx);
+        let rest = self.file.as_mut().and_then(FileFollower::rest);
+        for line in rest.iter().flat_map(|text| text.lines()) {
+            self.mllog_line(line, ctx);
+        }
+        publish(self.progress.finish(), ctx);
+        let _ = self.mllog.sync_data();
+    }
+
+    /// Copies an MLLOG line to the run's MLLOG and reports what it says about progress.
+    fn mllog_line(&mut self, line: &str, ctx: &mut StageContext<'_>) {
+        if !line.contains(TOKEN) {
+            return;
+        }
+        let _ = writeln!(self.mllog, "{line}");
+        let elapsed = self.started.elapsed().as_secs_f64();
+        publish(self.progress.line(line, elapsed), ctx);
     }
 }
 
@@ -114,6 +112,21 @@ fn publish(updates: Vec<Update>, ctx: &mut StageContext<'_>) {
             Update::Epoch(point) => (ctx.emit)(WorkerEvent::Train { point }),
         }
     }
+}
+
+/// The findings of a shared-memory sweep, one per entry.
+fn leftover_findings(leftovers: Vec<shm::Leftover>) -> impl Iterator<Item = String> {
+    leftovers.into_iter().map(|left| match left.error {
+        None => format!(
+            "removed shared memory the run left: {} ({} bytes)",
+            left.path.display(),
+            left.bytes
+        ),
+        Some(e) => format!(
+            "cannot remove shared memory the run left: {}: {e}",
+            left.path.display()
+        ),
+    })
 }
 
 /// Runs the stage: starts the command in its own process group, follows its MLLOG into the
@@ -148,10 +161,6 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             )
         }
     };
-    let mut sinks = Sinks {
-        mllog,
-        output: File::create(run_dir.join(OUTPUT_FILE)).ok(),
-    };
     let mut command = Command::new(&spec.command[0]);
     command
         .args(&spec.command[1..])
@@ -164,7 +173,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
-    let mut file_follow = spec.mllog_file.as_ref().map(|path| {
+    let file_follow = spec.mllog_file.as_ref().map(|path| {
         FileFollower::from_end(&spec.cwd.as_ref().map_or(path.clone(), |cwd| cwd.join(path)))
     });
     if let Some(follow) = file_follow.as_ref().filter(|f| f.skipped_bytes > 0) {
@@ -205,8 +214,14 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         std::thread::spawn(move || follow::forward_lines(stderr, Stream::Stderr, true, tx));
     }
     drop(tx);
-    let mut progress = MllogProgress::new(NAME, spec.epochs);
-    let stdout_is_mllog = file_follow.is_none();
+    let mut following = Following {
+        mllog,
+        output_log: File::create(run_dir.join(OUTPUT_FILE)).ok(),
+        output,
+        file: file_follow,
+        progress: MllogProgress::new(NAME, spec.epochs),
+        started,
+    };
     let pgid = child.id() as i32;
     let mut last_look = Instant::now();
     let mut ending = None;
@@ -215,18 +230,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             shared_memory.observe(pgid);
             last_look = Instant::now();
         }
-        let mut follower = Follower {
-            sinks: &mut sinks,
-            progress: &mut progress,
-            started,
-            stdout_is_mllog,
-        };
-        follower.take_output(&output, Duration::ZERO, ctx);
-        if let Some(follow) = file_follow.as_mut() {
-            for line in follow.new_lines() {
-                take_mllog_line(&line, &mut sinks, &mut progress, started, ctx);
-            }
-        }
+        following.take(Duration::ZERO, ctx);
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
             Ok(None) => {}
@@ -260,33 +264,10 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         });
     }
     // What the pipes and the file still held when the command ended.
-    Follower {
-        sinks: &mut sinks,
-        progress: &mut progress,
-        started,
-        stdout_is_mllog,
-    }
-    .take_output(&output, DRAIN, ctx);
-    if let Some(follow) = file_follow.as_mut() {
-        for line in follow.rest().iter().flat_map(|text| text.lines()) {
-            take_mllog_line(line, &mut sinks, &mut progress, started, ctx);
-        }
-    }
-    publish(progress.finish(), ctx);
-    for left in shared_memory.sweep() {
-        stage_report.findings.push(match left.error {
-            None => format!(
-                "removed shared memory the run left: {} ({} bytes)",
-                left.path.display(),
-                left.bytes
-            ),
-            Some(e) => format!(
-                "cannot remove shared memory the run left: {}: {e}",
-                left.path.display()
-            ),
-        });
-    }
-    let _ = sinks.mllog.sync_data();
+    following.take_rest(ctx);
+    stage_report
+        .findings
+        .extend(leftover_findings(shared_memory.sweep()));
     let power = power.finish();
     stage_report.metric("command_seconds", started.elapsed().as_secs_f64(), "s");
     let log = MlLogText::read(&mllog_path).unwrap_or_default();
