@@ -471,7 +471,7 @@ mod shipped_definitions {
         assert!(table.contains("epochs = 37"), "{table}");
         let config = Config::parse(&table, Path::new("tinyperf.toml")).unwrap();
         let options = &config.benchmarks["tinygrad-resnet"];
-        assert_eq!(options["mllog"], "result_1234.txt");
+        assert_eq!(options["mllog"], "result_resnet_1234.txt");
         assert_eq!(options["env"]["TRAIN_BEAM"], "4");
         let spec = crate::suite::external::spec(options).unwrap();
         assert_eq!(spec.epochs, Some(37));
