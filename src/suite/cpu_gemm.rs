@@ -191,7 +191,10 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         verdict: Verdict::pass_if(error <= 1e-5),
     });
 
-    match cpu_peak::estimate(Path::new("/"), threads) {
+    // Measured right after the GEMM, while the cores still run at their loaded clock.
+    match cpu_peak::estimate(Path::new("/"), threads, || {
+        super::cpu_clock::measure_loaded_mhz(threads)
+    }) {
         Ok(peak) => {
             let peak_gflops = peak.gflops();
             let fraction = sustained / peak_gflops;

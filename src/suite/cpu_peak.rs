@@ -11,12 +11,12 @@ pub struct CpuPeak {
     pub model: String,
     /// Physical cores the process may run on.
     pub cores: usize,
-    /// The clock the estimate uses, in MHz: the CPU's maximum frequency, else the one
-    /// `/proc/cpuinfo` reports now.
+    /// The clock the estimate uses, in MHz: the CPU's highest frequency (cpufreq), else
+    /// the clock measured on its loaded cores.
     pub clock_mhz: f64,
     /// FP32 FLOPs per cycle per core (FMA units × lanes × 2).
     pub flops_per_cycle: f64,
-    /// Where the clock came from (`cpuinfo_max_freq`, `cpu MHz`).
+    /// Where the clock came from (`cpuinfo_max_freq`, or measured under load).
     pub clock_source: String,
 }
 
@@ -34,7 +34,6 @@ struct CpuInfoFacts {
     model: String,
     vendor: String,
     family: u32,
-    mhz: Option<f64>,
     flags: Vec<String>,
     physical_cores: usize,
     logical_cpus: usize,
@@ -62,7 +61,6 @@ fn parse_cpuinfo(text: &str) -> CpuInfoFacts {
         match key.trim() {
             "vendor_id" => facts.vendor = value.to_string(),
             "cpu family" => facts.family = value.parse().unwrap_or(0),
-            "cpu MHz" => facts.mhz = value.parse().ok(),
             "flags" => facts.flags = value.split_whitespace().map(str::to_string).collect(),
             _ => {}
         }
@@ -91,9 +89,19 @@ fn flops_per_cycle(facts: &CpuInfoFacts) -> f64 {
     }
 }
 
+/// Where the clock was measured when cpufreq gives no maximum.
+pub const MEASURED_SOURCE: &str = "measured on the loaded cores (dependent-add chain)";
+
 /// Estimates the peak of the cores this process may use, reading `proc/cpuinfo` and
-/// `sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq` under `root`.
-pub fn estimate(root: &Path, usable_cpus: usize) -> Result<CpuPeak, String> {
+/// `sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq` under `root`; without that
+/// maximum (a VM), the clock is `measured()` on the loaded cores. Never from `cpu MHz`,
+/// the nominal or momentary clock, which a loaded core outruns: without either the
+/// peak is unknown.
+pub fn estimate(
+    root: &Path,
+    usable_cpus: usize,
+    measured: impl FnOnce() -> Option<f64>,
+) -> Result<CpuPeak, String> {
     let text = std::fs::read_to_string(root.join("proc/cpuinfo"))
         .map_err(|e| format!("cannot read /proc/cpuinfo: {e}"))?;
     let facts = parse_cpuinfo(&text);
@@ -104,10 +112,18 @@ pub fn estimate(root: &Path, usable_cpus: usize) -> Result<CpuPeak, String> {
         std::fs::read_to_string(root.join("sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"))
             .ok()
             .and_then(|s| s.trim().parse::<f64>().ok());
-    let (clock_mhz, clock_source) = match (max_khz, facts.mhz) {
-        (Some(khz), _) => (khz / 1000.0, "cpuinfo_max_freq"),
-        (None, Some(mhz)) => (mhz, "cpu MHz"),
-        (None, None) => return Err("the CPU clock is not reported".into()),
+    let (clock_mhz, clock_source) = match max_khz.filter(|k| *k > 0.0) {
+        Some(khz) => (khz / 1000.0, "cpuinfo_max_freq"),
+        None => match measured().filter(|mhz| mhz.is_finite() && *mhz > 0.0) {
+            Some(mhz) => (mhz, MEASURED_SOURCE),
+            None => {
+                return Err(
+                    "the peak is unknown: cpufreq gives no maximum clock and this CPU's clock \
+                     cannot be measured"
+                        .into(),
+                )
+            }
+        },
     };
     // SMT siblings share FMA units: count physical cores in the usable set.
     let threads_per_core = (facts.logical_cpus / facts.physical_cores.max(1)).max(1);
@@ -150,7 +166,6 @@ mod tests {
         let f = parse_cpuinfo(&text);
         assert_eq!(f.logical_cpus, 4);
         assert_eq!(f.physical_cores, 2);
-        assert_eq!(f.mhz, Some(2600.0));
         assert_eq!(flops_per_cycle(&f), 64.0);
     }
 
@@ -165,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn estimate_prefers_max_freq_and_counts_usable_cores() {
+    fn estimate_prefers_max_freq_then_the_measured_clock_never_cpu_mhz() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("proc")).unwrap();
         let cpus: Vec<_> = (0..8).map(|i| (0, i % 4)).collect();
@@ -174,17 +189,26 @@ mod tests {
             cpuinfo("GenuineIntel", 6, "avx2 fma", &cpus),
         )
         .unwrap();
-        let p = estimate(dir.path(), 8).unwrap();
+        // No cpufreq (a VM): the measured clock, not cpuinfo's 2600 MHz.
+        let p = estimate(dir.path(), 8, || Some(3400.0)).unwrap();
         assert_eq!(
             (p.cores, p.clock_mhz, p.clock_source.as_str()),
-            (4, 2600.0, "cpu MHz")
+            (4, 3400.0, MEASURED_SOURCE)
         );
-        assert!((p.gflops() - 4.0 * 2600.0 * 32.0 / 1000.0).abs() < 1e-9);
+        assert!((p.gflops() - 4.0 * 3400.0 * 32.0 / 1000.0).abs() < 1e-9);
+        let unknown = estimate(dir.path(), 8, || None).unwrap_err();
+        assert!(unknown.contains("peak is unknown"), "{unknown}");
         let freq = dir.path().join("sys/devices/system/cpu/cpu0/cpufreq");
         std::fs::create_dir_all(&freq).unwrap();
         std::fs::write(freq.join("cpuinfo_max_freq"), "3500000\n").unwrap();
-        let p = estimate(dir.path(), 2).unwrap();
-        assert_eq!((p.cores, p.clock_mhz), (1, 3500.0));
-        assert!(estimate(Path::new("/nonexistent"), 1).is_err());
+        let p = estimate(dir.path(), 2, || {
+            panic!("no measurement with a cpufreq maximum")
+        })
+        .unwrap();
+        assert_eq!(
+            (p.cores, p.clock_mhz, p.clock_source.as_str()),
+            (1, 3500.0, "cpuinfo_max_freq")
+        );
+        assert!(estimate(Path::new("/nonexistent"), 1, || Some(1.0)).is_err());
     }
 }

@@ -26,6 +26,7 @@ pub fn is_known_suite(name: &str) -> bool {
     SUITES.contains(&name)
 }
 
+pub mod cpu_clock;
 pub mod cpu_gemm;
 pub mod cpu_peak;
 pub mod external;
