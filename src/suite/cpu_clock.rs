@@ -1,14 +1,19 @@
 //! The clock the CPU's cores really run at under load, measured: a chain of dependent
-//! integer additions retires one addition per cycle on every x86-64 core of the last
-//! fifteen years, so additions per second is cycles per second. `/proc/cpuinfo`'s
+//! 64-bit integer multiplications takes three cycles each on every x86-64 core of the
+//! last fifteen years (Intel since Nehalem, AMD since Zen), so multiplications per
+//! second is a third of the cycles per second. (A chain of additions of a constant is
+//! not a clock: newer Intel cores fold it at register renaming, several a cycle.) `/proc/cpuinfo`'s
 //! `cpu MHz` is the nominal clock in a VM and a momentary one on bare metal, never the
 //! boost clock a loaded core runs at, so a peak made from it can be exceeded.
 
 use std::time::{Duration, Instant};
 
-/// Additions in one unrolled block of the chain.
+/// Multiplications in one unrolled block of the chain.
 #[cfg(target_arch = "x86_64")]
-const ADDS_PER_BLOCK: u64 = 64;
+const MULS_PER_BLOCK: u64 = 64;
+/// Cycles from one multiplication's operands to its result.
+#[cfg(target_arch = "x86_64")]
+const MUL_LATENCY: u64 = 3;
 /// How long one timed chain runs.
 const CHAIN_TIME: Duration = Duration::from_millis(20);
 /// Timed chains per thread; the fastest counts (a preempted one only reads slower).
@@ -46,7 +51,7 @@ fn fastest_chain_mhz() -> Option<f64> {
 
 #[cfg(target_arch = "x86_64")]
 fn cycles_of(blocks: u64) -> f64 {
-    (blocks * ADDS_PER_BLOCK) as f64
+    (blocks * MULS_PER_BLOCK * MUL_LATENCY) as f64
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -54,10 +59,11 @@ fn cycles_of(_blocks: u64) -> f64 {
     0.0
 }
 
-/// Runs `blocks` blocks of dependent additions; how long they took.
+/// Runs `blocks` blocks of dependent multiplications; how long they took.
 #[cfg(target_arch = "x86_64")]
 fn time_chain(blocks: u64) -> Option<Duration> {
-    let mut value: u64 = 0;
+    let mut value: u64 = 3;
+    let factor: u64 = std::hint::black_box(1);
     let mut left = blocks;
     let started = Instant::now();
     // SAFETY: plain register arithmetic on two registers the asm block owns; no memory
@@ -66,20 +72,21 @@ fn time_chain(blocks: u64) -> Option<Duration> {
         std::arch::asm!(
             "2:",
             ".rept 64",
-            "add {value}, 1",
+            "imul {value}, {factor}",
             ".endr",
             "dec {left}",
             "jnz 2b",
             value = inout(reg) value,
+            factor = in(reg) factor,
             left = inout(reg) left,
             options(nomem, nostack),
         );
     }
     let elapsed = started.elapsed();
-    (value == blocks * ADDS_PER_BLOCK && left == 0).then_some(elapsed)
+    (value == 3 && left == 0).then_some(elapsed)
 }
 
-/// No measurement off x86-64: the additions' latency is not known to be one cycle.
+/// No measurement off x86-64: the multiplications' latency is not known there.
 #[cfg(not(target_arch = "x86_64"))]
 fn time_chain(_blocks: u64) -> Option<Duration> {
     None

@@ -90,7 +90,7 @@ fn flops_per_cycle(facts: &CpuInfoFacts) -> f64 {
 }
 
 /// Where the clock was measured when cpufreq gives no maximum.
-pub const MEASURED_SOURCE: &str = "measured on the loaded cores (dependent-add chain)";
+pub const MEASURED_SOURCE: &str = "measured on the loaded cores (dependent-multiply chain)";
 
 /// Estimates the peak of the cores this process may use, reading `proc/cpuinfo` and
 /// `sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq` under `root`; without that
