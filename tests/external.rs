@@ -6,9 +6,9 @@
 mod common;
 
 use std::fs;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Lines};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::runs::{ipmitool_stand_in, only_run, output_text, run_dirs, stage_metric};
@@ -195,6 +195,40 @@ fn each_warning_is_one_finding() {
     );
 }
 
+/// `tinyperf run external` of the shell line `line`, once the line's MLLOG says the
+/// run's clock started.
+fn start_until_the_clock_runs(state: &Path, line: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+        .args(["run", "external", "--events", "jsonl", "--state-dir"])
+        .arg(state)
+        .arg("-o")
+        .arg(format!("command={line}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for line in lines.by_ref() {
+        if line.unwrap().contains("clock started") || Instant::now() > deadline {
+            break;
+        }
+    }
+    (child, lines)
+}
+
+/// Cancels the run as Ctrl-C at a terminal would (SIGTERM to tinyperf), reads its
+/// events to their end and waits for it.
+fn cancel((mut child, lines): (Child, Lines<BufReader<ChildStdout>>)) -> std::process::ExitStatus {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = lines.count();
+    child.wait().unwrap()
+}
+
 fn process_alive(pid: u32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // A zombie nobody reaped is not running.
@@ -217,37 +251,14 @@ fn cancel_stops_the_command_and_its_children() {
         pid_file.display()
     );
     let state = work.path().join("state");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
-        .args(["run", "external", "--events", "jsonl", "--state-dir"])
-        .arg(&state)
-        .arg("-o")
-        .arg(format!("command={line}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    // Wait until the run's clock started in the command, then cancel.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for line in lines.by_ref() {
-        if line.unwrap().contains("clock started") || Instant::now() > deadline {
-            break;
-        }
-    }
+    let run = start_until_the_clock_runs(&state, &line);
     let grandchild: u32 = fs::read_to_string(&pid_file)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
     assert!(process_alive(grandchild));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let _ = lines.count();
-    let status = child.wait().unwrap();
+    let status = cancel(run);
     assert!(!status.success());
     let (_, record) = only_run(&state);
     assert_eq!(record["state"], "cancelled", "{record:#}");
@@ -284,29 +295,9 @@ fn cancel_interrupts_first_and_leaves_dev_shm_clean() {
         marker = marker.display()
     );
     let state = work.path().join("state");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
-        .args(["run", "external", "--events", "jsonl", "--state-dir"])
-        .arg(&state)
-        .arg("-o")
-        .arg(format!("command={line}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for line in lines.by_ref() {
-        if line.unwrap().contains("clock started") {
-            break;
-        }
-    }
+    let run = start_until_the_clock_runs(&state, &line);
     assert!(shm.join(format!("{tag}-resnet_0")).exists());
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let _ = lines.count();
-    child.wait().unwrap();
+    cancel(run);
     let (_, record) = only_run(&state);
     assert_eq!(record["state"], "cancelled", "{record:#}");
     assert_eq!(
