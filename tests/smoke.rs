@@ -489,3 +489,27 @@ fn a_run_streams_its_training_figures_and_gpu_samples_live_and_nothing_after_its
     assert_eq!(gpu["power_w"].as_f64(), Some(250.0), "{gpu}");
     assert_eq!(gpu["util_percent"].as_f64(), Some(93.0), "{gpu}");
 }
+
+/// A run that uses its planned epochs without reaching the target says how far it got
+/// and what to change, not only that the epochs ended.
+#[test]
+fn a_missed_target_says_how_far_it_got_and_what_to_change() {
+    let state = tempfile::tempdir().unwrap();
+    let mut options = short_smoke();
+    options.extend([
+        "target_accuracy=0.9999",
+        "train_epochs=1",
+        "warmup_epochs=0",
+    ]);
+    let out = run_with(state.path(), &["--suite", "smoke"], &options);
+    assert!(!out.status.success(), "{}", output_text(&out));
+    let (_, record) = only_run(state.path());
+    let message = record["stages"][0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the 1 planned epoch ended")
+            && message.contains("short of the target accuracy 0.9999")
+            && message.contains("best top-1"),
+        "{message}"
+    );
+    assert!(message.contains("-o train_epochs=N") || message.contains("-o target_accuracy=X"));
+}

@@ -292,6 +292,9 @@ pub fn run(ctx: &mut StageContext<'_>, mut job: TrainJob) -> StageResult {
             summary.final_accuracy().unwrap_or(0.0),
             summary.epochs_completed
         ),
+        _ if summary.reason == StopReason::EpochsExhausted => {
+            short_of_target(&summary.evals, target, job.recipe.train_epochs)
+        }
         _ => summary.reason.describe(target),
     };
     match summary.reason {
@@ -667,5 +670,70 @@ impl TrainObserver for StageObserver<'_, '_> {
 impl StageObserver<'_, '_> {
     fn send_point(&mut self, point: TrainPoint) {
         (self.ctx.emit)(WorkerEvent::Train { point });
+    }
+}
+
+/// Evaluations closer together than this count as level, not rising.
+const STILL_RISING: f64 = 0.005;
+
+/// Why a run that used its planned epochs missed the target, how far it got, and what to
+/// change: more epochs while its evaluations still rise, else a lower target.
+fn short_of_target(evals: &[(u32, f64)], target: f64, planned_epochs: u32) -> String {
+    let epochs = if planned_epochs == 1 {
+        "epoch"
+    } else {
+        "epochs"
+    };
+    let Some(&(best_epoch, best)) = evals.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return format!(
+            "the {planned_epochs} planned {epochs} ended with no evaluation, so the target \
+             accuracy {target} was never checked; give it more epochs (-o train_epochs=N)"
+        );
+    };
+    let rising = match evals {
+        [.., (_, before), (_, last)] => last - before > STILL_RISING,
+        _ => true,
+    };
+    let advice = if rising {
+        format!(
+            "top-1 was still rising: give it more epochs (-o train_epochs=N, {planned_epochs} \
+             now) or a lower target (-o target_accuracy=X)"
+        )
+    } else {
+        format!(
+            "top-1 had levelled off: a lower target (-o target_accuracy=X) fits this dataset \
+             better than more epochs ({planned_epochs} now)"
+        )
+    };
+    format!(
+        "the {planned_epochs} planned {epochs} ended {:.3} short of the target accuracy {target}: \
+         best top-1 {best:.4} at epoch {best_epoch}; {advice}",
+        (target - best).max(0.0)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_of_target;
+
+    #[test]
+    fn a_missed_target_says_how_far_it_got_and_what_to_change() {
+        let rising = short_of_target(&[(2, 0.70), (3, 0.80), (4, 0.86)], 0.9, 4);
+        assert!(
+            rising.contains("0.040 short of the target accuracy 0.9"),
+            "{rising}"
+        );
+        assert!(rising.contains("best top-1 0.8600 at epoch 4"), "{rising}");
+        assert!(
+            rising.contains("more epochs (-o train_epochs=N, 4 now)"),
+            "{rising}"
+        );
+        let level = short_of_target(&[(3, 0.851), (4, 0.853)], 0.9, 4);
+        assert!(
+            level.contains("levelled off") && level.contains("target_accuracy"),
+            "{level}"
+        );
+        let none = short_of_target(&[], 0.9, 3);
+        assert!(none.contains("no evaluation"), "{none}");
     }
 }
