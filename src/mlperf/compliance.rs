@@ -445,17 +445,9 @@ pub fn check(log: &MlLogText) -> Compliance {
     }
     let mut errors: Vec<String> = messages.keyed.into_values().collect();
     errors.extend(messages.other);
-    // The checker runs the common rules again inside each later rule set, so one
-    // repeated key would warn once per set.
-    let mut warnings: Vec<String> = Vec::new();
-    for warning in messages.warnings {
-        if !warnings.contains(&warning) {
-            warnings.push(warning);
-        }
-    }
     Compliance {
         errors,
-        warnings,
+        warnings: messages.warnings,
         division: log
             .first("submission_division")
             .and_then(|e| e.value.as_str().map(str::to_string)),

@@ -281,17 +281,24 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         )
         .map_or(0.0, |(samples, epochs)| samples * epochs);
     super::training::record_energy(&mut stage_report, power, &mllog_path, images);
-    finish(stage_report, &mllog_path, status, ending, ctx.cancelled())
+    finish(
+        stage_report,
+        &mllog_path,
+        &log,
+        status,
+        ending,
+        ctx.cancelled(),
+    )
 }
 
 fn finish(
     mut report: StageReport,
     mllog: &Path,
+    log: &MlLogText,
     status: Option<std::process::ExitStatus>,
     ending: Option<String>,
     cancelled: bool,
 ) -> StageResult {
-    let log = MlLogText::read(mllog).unwrap_or_default();
     if cancelled {
         return report.finish_as(Verdict::Skip, ending);
     }
@@ -308,7 +315,7 @@ fn finish(
         };
         return report.finish_as(Verdict::Error, Some(why));
     }
-    let score = RunScore::of(NAME, &mllog.display().to_string(), &log);
+    let score = RunScore::of(NAME, &mllog.display().to_string(), log);
     if let Some(t) = score.time_to_train_min {
         report.metric("time_to_train_min", t, "min");
     }
