@@ -458,10 +458,15 @@ impl Supervisor {
         self.record = Some(record);
     }
 
-    /// Hands the run in progress to readers and to the record writer.
+    /// Hands the run in progress to readers and to the record writer. The worker's
+    /// own final state stays unpublished until it exits: only then does the
+    /// supervisor know whether it stands (a run the watchdog stopped ends in error,
+    /// whatever the worker said).
     fn save_current(&self) {
         if let Some(record) = &self.record {
-            let record = Arc::new(record.clone());
+            let mut record = record.clone();
+            record.state = RunState::Running;
+            let record = Arc::new(record);
             *write(&self.shared.current) = Some(record.clone());
             self.shared.writer.save(&self.shared.store, record);
         }
