@@ -16,7 +16,6 @@ pub use spec::{spec, ExternalSpec};
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -167,9 +166,8 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own group, so a stop reaches every process it starts.
-        .process_group(0);
+        .stderr(Stdio::piped());
+    group::own_group(&mut command);
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
