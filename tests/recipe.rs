@@ -347,12 +347,27 @@ fn out_of_range_and_malformed_options_are_clear_errors() {
             "not both",
         ),
         (json!({"eval_every": 0}), "eval_every = 0 is out of range"),
+        (
+            json!({"crop_min_scale": 0}),
+            "crop_min_scale = 0 is out of range (0, 1]",
+        ),
+        (
+            json!({"crop_min_scale": 1.5}),
+            "crop_min_scale = 1.5 is out of range",
+        ),
     ];
     for (opts, needle) in cases {
         let err = Recipe::from_options(&options(opts.clone())).unwrap_err();
         let text = err.to_string();
         assert!(text.contains(needle), "{opts}: {text:?} lacks {needle:?}");
     }
+    let r = Recipe::from_options(&options(json!({"crop_min_scale": 0.5}))).unwrap();
+    assert_eq!(r.crop_min_scale, 0.5);
+    assert_eq!(
+        Recipe::mlperf().crop_min_scale,
+        0.10,
+        "the reference's crop"
+    );
     let r = Recipe::from_options(&options(json!({"seed": u64::MAX}))).unwrap();
     assert_eq!(r.seed, u64::MAX, "seeds keep all 64 bits");
     assert!(Recipe::from_options(&options(json!({"seed": 1.5}))).is_err());

@@ -128,6 +128,11 @@ pub const OPTION_KEYS: &[RecipeOption] = &[
         help: "top-1 accuracy at which the run stops",
     },
     RecipeOption {
+        key: "crop_min_scale",
+        kind: ValueKind::Number,
+        help: "smallest area, as a share of the image, of a training crop",
+    },
+    RecipeOption {
         key: "seed",
         kind: ValueKind::Integer,
         help: "seed of weight init, shuffling and augmentation",
@@ -240,6 +245,10 @@ pub struct Recipe {
     /// The top-1 validation accuracy, in (0, 1], at which the run stops as converged
     /// (0.759 in the reference).
     pub target_accuracy: f64,
+    /// The smallest area of the random resized training crop, as a share of the image's
+    /// area, in (0, 1] (0.10 in the reference; the largest is the whole image).
+    #[serde(default = "reference_crop_min_scale")]
+    pub crop_min_scale: f64,
     /// The seed of weight init, shuffling and augmentation.
     pub seed: u64,
     /// How activations are stored. The reference trains in fp16; f32 is the default here
@@ -260,6 +269,13 @@ pub const REFERENCE_LOSS_SCALE: f64 = 128.0;
 
 fn reference_loss_scale() -> f64 {
     REFERENCE_LOSS_SCALE
+}
+
+/// The smallest training crop of the reference, as a share of the image's area.
+pub const REFERENCE_CROP_MIN_SCALE: f64 = 0.10;
+
+fn reference_crop_min_scale() -> f64 {
+    REFERENCE_CROP_MIN_SCALE
 }
 
 impl Default for Recipe {
@@ -293,6 +309,7 @@ impl Recipe {
             eval_every: 4,
             eval_every_epoch_from: 33,
             target_accuracy: 0.759,
+            crop_min_scale: REFERENCE_CROP_MIN_SCALE,
             seed: 0,
             precision: Precision::Fp32,
             loss_scale: REFERENCE_LOSS_SCALE,
@@ -402,6 +419,9 @@ impl Recipe {
         }
         if let Some(v) = opts.real("target_accuracy", Bound::Open(0.0), Bound::Closed(1.0))? {
             r.target_accuracy = v;
+        }
+        if let Some(v) = opts.real("crop_min_scale", Bound::Open(0.0), Bound::Closed(1.0))? {
+            r.crop_min_scale = v;
         }
         if let Some(seed) = opts.seed("seed")? {
             r.seed = seed;

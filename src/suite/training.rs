@@ -394,6 +394,7 @@ fn loaders(dataset: &Dataset, job: &TrainJob) -> Result<TrainData, String> {
         job.image_size,
         job.recipe.seed,
     );
+    train_cfg.crop_scale = (job.recipe.crop_min_scale, 1.0);
     let mut eval_cfg = LoaderConfig::eval(job.recipe.eval_batch_size, job.image_size);
     if let Some(t) = job.loader_threads {
         train_cfg.threads = t;
