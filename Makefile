@@ -58,7 +58,9 @@ run: release
 	$(RELEASE_BIN) run
 
 ## Install what the tests need, then run every check and test.
-test: test-deps fmt-check clippy build lint
+# The smoke tests on real photographs train with the release binary (a debug build
+# trains too slowly); the images build the same binary afterwards.
+test: test-deps fmt-check clippy build lint release
 	$(CARGO) test --all-targets
 
 test-deps: build-deps
@@ -68,6 +70,7 @@ test-deps: build-deps
 	scripts/mlperf-check.sh python >/dev/null
 	scripts/nvrtc-lib.sh >/dev/null
 	scripts/browser-venv.sh >/dev/null
+	scripts/photo-venv.sh >/dev/null
 	scripts/prometheus-tools.sh >/dev/null
 
 fmt-check:
