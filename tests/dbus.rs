@@ -143,8 +143,8 @@ async fn inventory_run_emits_signals_and_property_changes() {
     assert!(!args.stage.is_empty());
     assert!(["pass", "fail", "skip", "error"].contains(&args.verdict.as_str()));
 
-    // PropertiesChanged: State went running then idle; Progress, CurrentRun and
-    // LastRun were announced; LastRun ends naming this run.
+    // PropertiesChanged: State went running then idle; Progress, Message, CurrentRun
+    // and LastRun were announced; LastRun ends naming this run.
     let mut states = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     let mut last_run = String::new();
@@ -170,7 +170,7 @@ async fn inventory_run_emits_signals_and_property_changes() {
         Some("running"),
         "{states:?}"
     );
-    for name in ["State", "CurrentRun", "Progress", "LastRun"] {
+    for name in ["State", "CurrentRun", "Progress", "Message", "LastRun"] {
         assert!(seen.contains(name), "{name} not announced; saw {seen:?}");
     }
     let brief: Value = serde_json::from_str(&last_run).unwrap();
@@ -354,6 +354,7 @@ async fn busctl_reads_properties_and_calls_methods() {
         ".CurrentRun",
         ".CurrentStage",
         ".Progress",
+        ".Message",
         ".LastRun",
         ".Hardware",
         ".Sku",

@@ -102,6 +102,10 @@ fn an_external_run_shows_its_progress_over_http_dbus_and_the_page() {
 
     assert_eq!(get_property(&running, "Progress"), "d 0.5");
     assert_eq!(get_property(&running, "CurrentStage"), "s \"external\"");
+    assert_eq!(
+        get_property(&running, "Message"),
+        "s \"epoch 1 eval top-1 0.7595\""
+    );
 
     let live = agent.get_json("/api/v1/live");
     let points = live["train"].as_array().unwrap();
@@ -126,6 +130,7 @@ fn an_external_run_shows_its_progress_over_http_dbus_and_the_page() {
     wait_for(Duration::from_secs(30), "the agent idle", || {
         (agent.status()["state"] == "idle").then_some(())
     });
+    assert_eq!(get_property(&running, "Message"), "s \"\"");
     let second = agent.start_run(body);
     let record = agent.wait_run_ended(&second, Duration::from_secs(60), "the second replay");
     assert_eq!(record["state"], "passed", "{record:#}");

@@ -22,6 +22,7 @@ pub const PROPERTIES: &[&str] = &[
     "CurrentRun",
     "CurrentStage",
     "Progress",
+    "Message",
     "LastRun",
     "Hardware",
     "Sku",
@@ -113,6 +114,13 @@ impl AgentInterface {
     #[zbus(property)]
     async fn progress(&self) -> f64 {
         self.handle.status().progress
+    }
+
+    /// What the run in progress last said about where it is ("epoch 3 of 37 done",
+    /// "the benchmark is initialising"); empty when idle or when it has said nothing yet.
+    #[zbus(property)]
+    async fn message(&self) -> String {
+        self.handle.status().message.unwrap_or_default()
     }
 
     /// The last finished run in brief, as JSON; empty when no run has finished yet.

@@ -47,6 +47,9 @@ pub trait Agent1 {
     /// Progress of the run in progress, 0..1; 0 when idle.
     #[zbus(property)]
     fn progress(&self) -> zbus::Result<f64>;
+    /// What the run in progress last said about where it is; empty when idle.
+    #[zbus(property)]
+    fn message(&self) -> zbus::Result<String>;
     /// The last finished run in brief, as JSON; empty when none has finished.
     #[zbus(property)]
     fn last_run(&self) -> zbus::Result<String>;

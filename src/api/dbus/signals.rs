@@ -40,14 +40,22 @@ async fn emit(
 ) -> zbus::Result<()> {
     let emitter = iface.signal_emitter();
     match event {
+        // A run starting or ending clears its message.
         AgentEvent::StateChanged { .. } => {
-            announce(iface, &[Property::State, Property::CurrentRun]).await
+            announce(
+                iface,
+                &[Property::State, Property::CurrentRun, Property::Message],
+            )
+            .await
         }
         AgentEvent::RunStarted { run_id, suite } => {
             AgentInterface::run_started(emitter, run_id, suite).await
         }
         AgentEvent::StageStarted { .. } => announce(iface, &[Property::CurrentStage]).await,
-        AgentEvent::Progress { .. } => announce(iface, &[Property::Progress]).await,
+        AgentEvent::Progress { message: None, .. } => announce(iface, &[Property::Progress]).await,
+        AgentEvent::Progress {
+            message: Some(_), ..
+        } => announce(iface, &[Property::Progress, Property::Message]).await,
         AgentEvent::StageFinished {
             run_id,
             stage,
@@ -66,6 +74,7 @@ async fn emit(
                     Property::CurrentRun,
                     Property::CurrentStage,
                     Property::Progress,
+                    Property::Message,
                 ],
             )
             .await?;
@@ -88,6 +97,7 @@ enum Property {
     CurrentRun,
     CurrentStage,
     Progress,
+    Message,
     LastRun,
     Hardware,
     Sku,
@@ -99,6 +109,7 @@ impl Property {
         Property::CurrentRun,
         Property::CurrentStage,
         Property::Progress,
+        Property::Message,
         Property::LastRun,
         Property::Hardware,
         Property::Sku,
@@ -118,6 +129,7 @@ async fn announce(
             Property::CurrentRun => object.current_run_changed(emitter).await?,
             Property::CurrentStage => object.current_stage_changed(emitter).await?,
             Property::Progress => object.progress_changed(emitter).await?,
+            Property::Message => object.message_changed(emitter).await?,
             Property::LastRun => object.last_run_changed(emitter).await?,
             Property::Hardware => object.hardware_changed(emitter).await?,
             Property::Sku => object.sku_changed(emitter).await?,
