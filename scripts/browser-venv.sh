@@ -8,31 +8,6 @@
 # The environment lives at $TINYPERF_BROWSER_VENV, else .venv-browser in the repository root.
 set -euo pipefail
 
-SELENIUM_VERSION=4.51.0
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv=${TINYPERF_BROWSER_VENV:-$repo_root/.venv-browser}
-
-die() {
-	echo "browser-venv: $*" >&2
-	exit 1
-}
-
-installed() {
-	"$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("selenium"))' 2>/dev/null || true
-}
-
-# Tests may ask at once; one of them makes the environment.
-exec 9>"${TMPDIR:-/tmp}/browser-venv-$(printf '%s' "$venv" | cksum | cut -d' ' -f1).lock"
-flock 9 || die "cannot take the lock"
-if [[ $(installed) != "$SELENIUM_VERSION" ]]; then
-	command -v python3 >/dev/null || die "python3 not found (Debian: apt-get install python3 python3-venv)"
-	if [[ ! -x $venv/bin/pip ]]; then
-		rm -rf "$venv"
-		python3 -m venv "$venv" >&2 || die "cannot create $venv (Debian: apt-get install python3-venv)"
-	fi
-	echo "browser-venv: installing selenium==$SELENIUM_VERSION from PyPI into $venv" >&2
-	"$venv/bin/pip" install --quiet --disable-pip-version-check "selenium==$SELENIUM_VERSION" >&2 ||
-		die "cannot install selenium==$SELENIUM_VERSION from PyPI (is PyPI reachable?)"
-	[[ $(installed) == "$SELENIUM_VERSION" ]] || die "selenium $SELENIUM_VERSION did not install"
-fi
-echo "$venv/bin/python"
+exec "$repo_root/scripts/pinned-venv.sh" "${TINYPERF_BROWSER_VENV:-$repo_root/.venv-browser}" \
+	selenium==4.51.0
