@@ -350,11 +350,9 @@ impl Recipe {
     pub fn with_options(&self, options: &Map<String, Value>) -> Result<Self, RecipeError> {
         let mut r = self.clone();
         let opts = Options(options);
+        // A base_lr given too replaces the scaled one below.
         if let Some(batch) = opts.whole("batch_size", 1.0, 1_048_576.0)? {
-            if !options.contains_key("base_lr") {
-                r.base_lr *= batch / r.global_batch_size as f64;
-            }
-            r.global_batch_size = batch as usize;
+            r.scale_batch(batch as usize);
         }
         if let Some(v) = opts.whole("eval_batch_size", 1.0, 1_048_576.0)? {
             r.eval_batch_size = v as usize;
@@ -441,6 +439,13 @@ impl Recipe {
         }
         r.validate()?;
         Ok(r)
+    }
+
+    /// Sets the global batch to `batch`, the base LR scaled linearly with it (the
+    /// linear scaling rule the reference's LR follows).
+    pub fn scale_batch(&mut self, batch: usize) {
+        self.base_lr *= batch as f64 / self.global_batch_size.max(1) as f64;
+        self.global_batch_size = batch;
     }
 
     /// Checks the relations between fields that single ranges cannot.

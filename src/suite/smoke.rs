@@ -107,10 +107,11 @@ pub fn fit_schedule(
     }
     if !batch_given {
         let batch = fitted_batch(train_images, recipe.global_batch_size);
-        if !options.contains_key("base_lr") {
-            recipe.base_lr *= batch as f64 / recipe.global_batch_size.max(1) as f64;
+        if options.contains_key("base_lr") {
+            recipe.global_batch_size = batch;
+        } else {
+            recipe.scale_batch(batch);
         }
-        recipe.global_batch_size = batch;
     }
     let batch = recipe.global_batch_size.max(1);
     let budget_steps = (IMAGES_PER_CLASS * classes.max(1)).div_ceil(batch) as u64;
