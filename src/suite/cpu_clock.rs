@@ -71,7 +71,7 @@ fn time_chain(blocks: u64) -> Option<Duration> {
     unsafe {
         std::arch::asm!(
             "2:",
-            ".rept 64",
+            ".rept {muls}",
             "imul {value}, {factor}",
             ".endr",
             "dec {left}",
@@ -79,6 +79,7 @@ fn time_chain(blocks: u64) -> Option<Duration> {
             value = inout(reg) value,
             factor = in(reg) factor,
             left = inout(reg) left,
+            muls = const MULS_PER_BLOCK,
             options(nomem, nostack),
         );
     }
