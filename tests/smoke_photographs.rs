@@ -7,10 +7,13 @@
 //! its target within three quarters of its planned epochs. The epoch each seed crossed
 //! its target is written to the test output.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::runs::{only_run, output_text};
 use serde_json::Value;
 
 const SEEDS: [u64; 3] = [1, 2, 3];
@@ -66,13 +69,15 @@ fn photo_set(set: &str, root: &Path, extra: &[&str]) {
 /// What one seed's run did: the epoch its evaluation first reached the target, the
 /// epochs it planned, and its last training and evaluation accuracy.
 struct Outcome {
-    crossed: Option<u64>,
+    crossed: u64,
     planned: u64,
     train_accuracy: f64,
     eval_accuracy: f64,
     seconds: f64,
 }
 
+/// Trains `dataset` with `seed`; the run must pass, its evaluation crossing `target` by
+/// three quarters of its planned epochs.
 fn train(dataset: &Path, seed: u64, target: f64) -> Outcome {
     let state = tempfile::tempdir().unwrap();
     let out = Command::new(release_binary())
@@ -86,17 +91,9 @@ fn train(dataset: &Path, seed: u64, target: f64) -> Outcome {
         .args(["-o", &format!("target_accuracy={target}")])
         .output()
         .expect("run tinyperf");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = std::fs::read_dir(state.path().join("runs"))
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap_or_else(|| panic!("no run recorded:\n{text}"))
-        .path();
+    let text = output_text(&out);
+    let (run, record) = only_run(state.path());
+    assert_eq!(record["state"], "passed", "{text}");
     let epochs: Vec<Value> = std::fs::read_to_string(run.join("train.jsonl"))
         .unwrap()
         .lines()
@@ -106,33 +103,22 @@ fn train(dataset: &Path, seed: u64, target: f64) -> Outcome {
     let last = epochs
         .last()
         .unwrap_or_else(|| panic!("no epoch finished:\n{text}"));
-    let record: Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    let planned = last["planned_epochs"].as_u64().unwrap();
+    let crossed = epochs
+        .iter()
+        .find(|p| p["eval_accuracy"].as_f64().is_some_and(|a| a >= target))
+        .and_then(|p| p["epoch"].as_u64())
+        .unwrap_or_else(|| panic!("passed without an epoch at {target}:\n{text}"));
+    assert!(
+        crossed * 4 <= planned * 3,
+        "crossed {target} only at epoch {crossed} of {planned}:\n{text}"
+    );
     Outcome {
-        crossed: epochs
-            .iter()
-            .find(|p| p["eval_accuracy"].as_f64().is_some_and(|a| a >= target))
-            .and_then(|p| p["epoch"].as_u64()),
-        planned: last["planned_epochs"].as_u64().unwrap(),
+        crossed,
+        planned,
         train_accuracy: last["accuracy"].as_f64().unwrap_or(f64::NAN),
         eval_accuracy: last["eval_accuracy"].as_f64().unwrap_or(f64::NAN),
         seconds: last["elapsed_s"].as_f64().unwrap_or(f64::NAN),
-    }
-    .checked(&record, target, &text)
-}
-
-impl Outcome {
-    fn checked(self, record: &Value, target: f64, text: &str) -> Outcome {
-        assert_eq!(record["state"], "passed", "{text}");
-        let crossed = self
-            .crossed
-            .unwrap_or_else(|| panic!("passed without an epoch at {target}:\n{text}"));
-        assert!(
-            crossed * 4 <= self.planned * 3,
-            "crossed {target} only at epoch {crossed} of {}:\n{text}",
-            self.planned
-        );
-        self
     }
 }
 
@@ -145,7 +131,7 @@ fn every_seed_reaches(name: &str, dataset: &Path, target: f64) {
             std::io::stderr(),
             "{name} seed {seed}: top-1 {target} crossed at epoch {} of {} planned; last \
              training accuracy {:.3}, evaluation {:.4}, {:.0} s",
-            o.crossed.unwrap_or(0),
+            o.crossed,
             o.planned,
             o.train_accuracy,
             o.eval_accuracy,
