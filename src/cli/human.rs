@@ -54,6 +54,7 @@ pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> 
             let message = result.message.as_deref().unwrap_or("");
             let mark = match result.verdict {
                 Verdict::Pass => "PASS",
+                Verdict::Warn => "WARN",
                 Verdict::Fail => "FAIL",
                 Verdict::Skip => "SKIP",
                 Verdict::Error => "ERROR",

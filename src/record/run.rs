@@ -90,6 +90,9 @@ impl Trigger {
 pub enum Verdict {
     /// What was measured meets the expectation.
     Pass,
+    /// It meets the expectation, with something a person should know (an application's
+    /// GPU fault, corrected link errors within their allowance): never a failure.
+    Warn,
     /// What was measured falls short of it.
     Fail,
     /// Nothing to judge against (an unrecognised box, a stage that does not apply).
@@ -113,31 +116,44 @@ impl Verdict {
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Pass => "pass",
+            Verdict::Warn => "warn",
             Verdict::Fail => "fail",
             Verdict::Skip => "skip",
             Verdict::Error => "error",
         }
     }
 
-    /// The verdict of a whole made of parts: any error wins, then any failure, then
-    /// pass if anything passed.
+    /// The verdict of a whole made of parts: any error wins, then any failure, then any
+    /// warning, then pass if anything passed.
     pub fn combine(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
-        let mut any_pass = false;
-        let mut any_fail = false;
+        let (mut any_pass, mut any_warn, mut any_fail) = (false, false, false);
         for v in verdicts {
             match v {
                 Verdict::Error => return Verdict::Error,
                 Verdict::Fail => any_fail = true,
+                Verdict::Warn => any_warn = true,
                 Verdict::Pass => any_pass = true,
                 Verdict::Skip => {}
             }
         }
         if any_fail {
             Verdict::Fail
+        } else if any_warn {
+            Verdict::Warn
         } else if any_pass {
             Verdict::Pass
         } else {
             Verdict::Skip
+        }
+    }
+
+    /// `Warn` when `warn`, else `Pass`: a check whose finding is worth knowing but never
+    /// a failure.
+    pub fn warn_if(warn: bool) -> Verdict {
+        if warn {
+            Verdict::Warn
+        } else {
+            Verdict::Pass
         }
     }
 }
@@ -353,7 +369,7 @@ impl RunRecord {
     /// The state a finished run earns from its stage verdicts.
     pub fn state_from_stages(&self) -> RunState {
         match Verdict::combine(self.stages.iter().map(|s| s.verdict)) {
-            Verdict::Pass | Verdict::Skip => RunState::Passed,
+            Verdict::Pass | Verdict::Warn | Verdict::Skip => RunState::Passed,
             Verdict::Fail => RunState::Failed,
             Verdict::Error => RunState::Failed,
         }

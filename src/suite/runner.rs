@@ -128,7 +128,7 @@ pub fn execute(
         (RunState::Cancelled, Some("cancelled".to_string()))
     } else {
         match Verdict::combine(verdicts) {
-            Verdict::Pass | Verdict::Skip => (RunState::Passed, None),
+            Verdict::Pass | Verdict::Warn | Verdict::Skip => (RunState::Passed, None),
             Verdict::Fail | Verdict::Error => (RunState::Failed, first_failure),
         }
     };

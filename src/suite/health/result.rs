@@ -21,7 +21,8 @@ pub struct HealthResult {
     pub started_at: String,
     /// When the run finished, RFC 3339; `None` while it is still going.
     pub finished_at: Option<String>,
-    /// 0 every check passed, 1 a GPU failed one, 3 a check could not run.
+    /// 0 every check passed (some perhaps with a warning), 1 a GPU failed one, 3 a check
+    /// could not run.
     pub exit_status: i32,
     /// One entry per GPU that a check named, sorted by PCI address.
     pub gpus: Vec<GpuHealth>,
@@ -34,7 +35,7 @@ pub struct HealthResult {
 pub struct GpuHealth {
     /// PCI address in sysfs spelling.
     pub address: String,
-    /// The worst of its checks: fail, then error, then pass.
+    /// The worst of its checks: fail, then error, then warn, then pass.
     pub outcome: &'static str,
     /// Each check that named this GPU, in the order the stages ran.
     pub checks: Vec<CheckOutcome>,
@@ -47,7 +48,7 @@ pub struct CheckOutcome {
     pub stage: String,
     /// What the check judges, in words; a stage's name when the stage recorded no checks.
     pub check: String,
-    /// pass, fail, skip or error.
+    /// pass, warn, fail, skip or error.
     pub outcome: &'static str,
     /// What passing takes, in words (empty for a stage with no checks).
     pub expected: String,
@@ -118,6 +119,8 @@ pub fn from_record(record: &RunRecord) -> HealthResult {
             "fail"
         } else if has("error") {
             "error"
+        } else if has("warn") {
+            "warn"
         } else {
             "pass"
         };

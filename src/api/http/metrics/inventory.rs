@@ -7,7 +7,7 @@ use super::exposition::{bool_value, Exposition, Kind};
 use super::results::gpu_index;
 
 const GIGA: f64 = 1e9;
-const OUTCOMES: [&str; 4] = ["pass", "fail", "skip", "error"];
+const OUTCOMES: [&str; 5] = ["pass", "warn", "fail", "skip", "error"];
 
 pub fn render(out: &mut Exposition, hardware: &Value) {
     let gpus = hardware

@@ -10,7 +10,13 @@ use crate::record::{LatestResults, RunRecord, RunState, Verdict};
 use super::exposition::{bool_value, Exposition, Kind};
 
 /// Outcomes a stage or a check can have.
-const OUTCOMES: [Verdict; 4] = [Verdict::Pass, Verdict::Fail, Verdict::Skip, Verdict::Error];
+const OUTCOMES: [Verdict; 5] = [
+    Verdict::Pass,
+    Verdict::Warn,
+    Verdict::Fail,
+    Verdict::Skip,
+    Verdict::Error,
+];
 
 /// A headline figure as a metric family: its name, help, and the factor to base units.
 struct Family {
