@@ -17,7 +17,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Detect(args) => detect(&args),
         Command::Run(args) => tinyperf::cli::run::main(&args),
-        Command::Health(args) => tinyperf::cli::run::health(args),
+        Command::Health(args) => match args.kernel_log {
+            Some(path) => tinyperf::cli::kernel_log::main(&path, args.json),
+            None => tinyperf::cli::run::health(args.run),
+        },
         Command::Agent(args) => runtime().and_then(|rt| rt.block_on(agent(args))),
         Command::Start(args) => runtime().and_then(|rt| rt.block_on(client::start(&args))),
         Command::Cancel(args) => runtime().and_then(|rt| rt.block_on(client::cancel(&args))),

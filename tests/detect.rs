@@ -545,7 +545,8 @@ fn link_errors_and_xids_are_findings_with_the_gpus_address_and_fail_detect() {
     );
     let xid79 = event("0000:41:00.0", "xid");
     assert_eq!(xid79[0]["code"], 79);
-    assert_eq!(xid79[0]["class"], "lost");
+    assert_eq!(xid79[0]["xid_class"], "lost");
+    assert_eq!(xid79[0]["class"], "serious");
     assert_eq!(xid79[0]["serious"], true);
     assert_eq!(event("0000:41:00.0", "fallen_off_the_bus").len(), 1);
     // The MIG form, and "fallen off the bus" over three records without an Xid.

@@ -27,8 +27,9 @@ pub enum Command {
     /// Run a suite in this process and record it.
     Run(RunArgs),
     /// Run the `health` suite in this process: exit status 0 when every check passed, 1
-    /// when a GPU (or its link) failed one, 3 when a check could not run.
-    Health(RunArgs),
+    /// when a GPU (or its link) failed one, 3 when a check could not run; a check that only
+    /// warns still exits 0. With --kernel-log, judge a saved kernel log instead.
+    Health(HealthArgs),
     /// Take the hardware inventory and check it against the box's SKU.
     Detect(DetectArgs),
     /// Ask the agent to start a run.
@@ -316,6 +317,23 @@ pub enum EventFormat {
     Jsonl,
 }
 
+/// `tinyperf health`: the suite's run, or the judgement of a kernel log from another box.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// Judge this saved kernel log (`dmesg`, `dmesg -T`, syslog, `journalctl -k`, its
+    /// `-o json`, or a `/dev/kmsg` dump; `-` for standard input) as the `kernel-messages`
+    /// check would, instead of running the suite: exit status 0 when nothing serious is in
+    /// it, 1 when something is.
+    #[arg(long, value_name = "FILE")]
+    pub kernel_log: Option<PathBuf>,
+    /// With --kernel-log: print the checks and every message found as JSON.
+    #[arg(long, requires = "kernel_log")]
+    pub json: bool,
+    /// The suite's run.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
 /// `tinyperf run` and `tinyperf health`: the suite and its options, the backend and
 /// dataset, where the run is recorded and how progress is shown.
 #[derive(Debug, Args)]
@@ -491,7 +509,8 @@ mod tests {
 
     fn run_args(argv: &[&str]) -> RunArgs {
         match Cli::try_parse_from(argv).unwrap().command {
-            Command::Run(args) | Command::Health(args) => args,
+            Command::Run(args) => args,
+            Command::Health(args) => args.run,
             other => panic!("{other:?}"),
         }
     }

@@ -8,6 +8,7 @@ pub mod gpu;
 mod gpu_compile;
 mod gpu_floors;
 pub mod human;
+pub mod kernel_log;
 pub mod mlperf;
 pub mod progress;
 pub mod run;

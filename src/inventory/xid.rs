@@ -13,8 +13,11 @@ pub enum XidClass {
     Lost,
     /// The hardware failed (uncorrectable memory error, firmware halt): reset, then RMA.
     Hardware,
-    /// Memory repaired itself (a row remapped, a page retired): works, needs a reset.
+    /// Memory was repaired (a row remapped, a page retired) or an error contained: the GPU
+    /// needs a reset before it can be trusted again.
     MemoryRepair,
+    /// Errors the hardware corrected, at a rate worth knowing (single-bit ECC errors).
+    Correctable,
     /// Usually the program's fault (a bad address, a killed channel); a GPU that logs it
     /// under tinyperf's own known-good kernels is suspect.
     Application,
@@ -23,7 +26,10 @@ pub enum XidClass {
 impl XidClass {
     /// Whether the GPU cannot be trusted until it is reset or replaced.
     pub fn is_serious(self) -> bool {
-        matches!(self, XidClass::Lost | XidClass::Hardware)
+        matches!(
+            self,
+            XidClass::Lost | XidClass::Hardware | XidClass::MemoryRepair
+        )
     }
 }
 
@@ -95,7 +101,7 @@ pub const XIDS: &[(u32, &str, XidClass)] = &[
     (
         92,
         "EXCESSIVE_SBE_INTERRUPTS (high single-bit ECC error rate)",
-        XidClass::MemoryRepair,
+        XidClass::Correctable,
     ),
     (
         94,
@@ -144,11 +150,12 @@ mod tests {
     }
 
     #[test]
-    fn a_lost_gpu_and_a_double_bit_error_are_serious_a_page_fault_is_not() {
+    fn a_lost_gpu_a_double_bit_error_and_a_remapped_row_are_serious_a_page_fault_is_not() {
         assert!(classify(79).1.is_serious());
         assert!(classify(48).1.is_serious());
         assert!(!classify(31).1.is_serious());
-        assert!(!classify(63).1.is_serious());
+        assert!(classify(63).1.is_serious());
+        assert!(!classify(92).1.is_serious());
         assert_eq!(classify(9999).1, XidClass::Hardware);
     }
 }

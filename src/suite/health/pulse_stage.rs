@@ -83,7 +83,7 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
             problems.extend(
                 events
                     .iter()
-                    .filter(|e| e.serious && kernel_log::same_device(address, e.address))
+                    .filter(|e| e.serious && e.concerns(address))
                     .map(|e| e.describe()),
             );
             let before = links_before.iter().find(|s| s.gpu == address);
