@@ -8,6 +8,7 @@ RELEASE_BIN := target/release/tinyperf
 DEBUG_BIN := target/debug/tinyperf
 
 # Debian packages the tests need: a real dbus-daemon, busctl and systemd-analyze,
+# systemd-journal-remote to write real journal files of a previous boot (read by journalctl),
 # udevadm, a C compiler for the fake GPU driver libraries, a C++ compiler to check the GPU kernel source, curl for HTTP checks, Python with
 # venv for mlperf-logging's checkers (installed from PyPI into .venv) and for Selenium (into .venv-browser),
 # Chromium and its WebDriver with a font for the browser tests, the hiprtc of ROCm 5.2
@@ -16,7 +17,7 @@ DEBUG_BIN := target/debug/tinyperf
 # and man pages, and make for `make install`; the build packages come first. Prometheus
 # and promtool (Debian's prometheus package, unpacked, never installed as a service) come
 # from scripts/prometheus-tools.sh.
-TEST_PACKAGES := dbus systemd udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
+TEST_PACKAGES := dbus systemd systemd-journal-remote udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
 	libamdhip64-5 libhiprtc-builtins5 chromium chromium-driver fonts-dejavu-core \
 	zsh fish mandoc groff-base make
 

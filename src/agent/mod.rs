@@ -6,6 +6,7 @@ pub mod error;
 pub mod events;
 pub mod front_display;
 pub mod handle;
+pub mod interruption;
 pub mod live;
 pub mod messages;
 pub mod notify;
@@ -60,7 +61,15 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
     for id in &opened.removed_empty {
         info!(run = %id, "removed the folder of a run that never started");
     }
-    for id in store.mark_interrupted() {
+    let gpus: Vec<crate::inventory::PciAddress> = crate::inventory::gpu_link_states(&options.root)
+        .iter()
+        .map(|s| s.gpu)
+        .collect();
+    let interruption = interruption::Interruption::read(&options.root, &gpus);
+    if let Some(line) = interruption.previous_boot().describe() {
+        warn!(previous_boot = %line, "the previous boot did not end cleanly");
+    }
+    for id in store.mark_interrupted(|record, dir| interruption.explain(record, dir)) {
         warn!(run = %id, "run was in progress when the agent stopped; marked interrupted");
     }
     let skipped = store.skipped();

@@ -11,6 +11,7 @@ mod host;
 pub mod kernel_log;
 mod nvme;
 mod pci;
+pub mod previous_boot;
 mod read;
 mod render;
 mod sku;
@@ -83,6 +84,8 @@ pub struct HardwareReport {
     pub link_errors: Vec<aer::LinkErrors>,
     /// GPU trouble in the kernel's log: Xids, GPUs off the bus, ring timeouts, resets.
     pub kernel_events: Vec<kernel_log::KernelEvent>,
+    /// The previous boot: how it ended, and its messages about a GPU, a link or a slot.
+    pub previous_boot: previous_boot::PreviousBoot,
     /// What the GPU runtimes said; `null` when they were not probed.
     pub runtime: Option<RuntimeReport>,
     /// The root the inventory was read under (`/` on the box; a fixture tree in tests).
@@ -178,6 +181,13 @@ pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareRepo
     for event in &kernel_events {
         findings.push(event.describe());
     }
+    let previous_boot = previous_boot::read(root, &gpu_addresses);
+    if let Some(line) = previous_boot.describe() {
+        findings.push(line);
+    }
+    for why in &previous_boot.unreadable {
+        findings.push(format!("the previous boot's journal not read: {why}"));
+    }
 
     let (spec, source) = choose_sku(sku, &gpus, &mut findings);
     let checks = spec
@@ -202,6 +212,7 @@ pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareRepo
         pci_devices: devices.into_values().collect(),
         link_errors,
         kernel_events,
+        previous_boot,
         runtime,
         root: root.to_path_buf(),
     }

@@ -485,8 +485,9 @@ impl Store {
     }
 
     /// Marks every run still `running` as `interrupted`: called at agent start, when no
-    /// run can be in progress. Returns the ids it marked.
-    pub fn mark_interrupted(&self) -> Vec<String> {
+    /// run can be in progress. `explain` says why, given the record and its folder (what
+    /// the run left there, what the previous boot's log names). Returns the ids it marked.
+    pub fn mark_interrupted(&self, explain: impl Fn(&RunRecord, &Path) -> String) -> Vec<String> {
         let running: Vec<String> = self
             .index()
             .newest()
@@ -502,10 +503,8 @@ impl Store {
                     continue;
                 }
             };
-            record.finish(
-                RunState::Interrupted,
-                Some("the agent stopped while this run was in progress".into()),
-            );
+            let message = explain(&record, &self.runs_dir.join(&record.id));
+            record.finish(RunState::Interrupted, Some(message));
             match self.save(&record) {
                 Ok(()) => marked.push(record.id),
                 Err(e) => warn!(run = %record.id, error = %e, "cannot mark run interrupted"),
@@ -683,10 +682,11 @@ mod tests {
         done.finish(RunState::Passed, None);
         store.create(&done).unwrap();
         let store = Store::open(dir.path(), 10).unwrap();
-        assert_eq!(store.mark_interrupted(), vec!["live".to_string()]);
+        let explain = |_: &RunRecord, _: &Path| "stopped".to_string();
+        assert_eq!(store.mark_interrupted(explain), vec!["live".to_string()]);
         assert_eq!(store.load("live").unwrap().state, RunState::Interrupted);
         assert_eq!(store.load("done").unwrap(), done);
-        assert!(store.mark_interrupted().is_empty());
+        assert!(store.mark_interrupted(explain).is_empty());
     }
 
     #[test]

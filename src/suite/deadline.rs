@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 
 use super::options::{
     self, BURN_SECONDS, GEMM_SECONDS, GPU_GEMM_SECONDS, LINK_LOAD_SECONDS, PULSE_SECONDS,
-    STAGE_TIMEOUT_S, THROTTLE_SECONDS,
+    RAMP_SECONDS, STAGE_TIMEOUT_S, THROTTLE_SECONDS,
 };
 
 /// How often the worker sends a heartbeat while it runs.
@@ -62,6 +62,8 @@ pub fn stage_deadline(stage: &str, options: &Map<String, Value>) -> Duration {
         }
         "gpu-memory" => (30 * MINUTE) as f64,
         "power-pulse" => (15 * MINUTE) as f64 + 4.0 * seconds(PULSE_SECONDS, 0.0),
+        // Up to eight steps on the boxes sold, each held for ramp_seconds.
+        "power-ramp" => (15 * MINUTE) as f64 + 8.0 * seconds(RAMP_SECONDS, 0.0),
         "throttling" => {
             (10 * MINUTE) as f64
                 + 8.0

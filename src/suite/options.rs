@@ -164,6 +164,15 @@ pub const PULSE_SECONDS: OptionSpec = OptionSpec {
     integer: false,
     help: "how long every GPU is switched between load and idle together (0: off)",
 };
+/// `ramp_seconds`: how long each step of the power ramp holds its GPUs at full load, in
+/// seconds (0, off, when absent).
+pub const RAMP_SECONDS: OptionSpec = OptionSpec {
+    key: "ramp_seconds",
+    min: 0.0,
+    max: 3600.0,
+    integer: false,
+    help: "how long each power-ramp step (1, 2, ... all GPUs at full load) is held (0: off)",
+};
 /// `throttle_seconds`: how long the throttling check loads every GPU while it watches
 /// clocks and temperatures, in seconds (20 when absent).
 pub const THROTTLE_SECONDS: OptionSpec = OptionSpec {
@@ -332,6 +341,7 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             LINK_LOAD_SECONDS,
             MEMORY_FRACTION,
             PULSE_SECONDS,
+            RAMP_SECONDS,
             THROTTLE_SECONDS,
         ],
         "smoke" => &[

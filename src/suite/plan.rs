@@ -114,6 +114,8 @@ pub enum StageKind {
     GpuMemory,
     /// Every GPU switched between load and idle together.
     PowerPulse,
+    /// One GPU at full load, then two, … up to all.
+    PowerRamp,
     /// Throttling and temperatures under sustained load.
     Throttling,
 }
@@ -139,6 +141,7 @@ impl StageKind {
             StageKind::KernelMessages => health::kernel_stage::NAME,
             StageKind::GpuMemory => health::memory_stage::NAME,
             StageKind::PowerPulse => health::pulse_stage::NAME,
+            StageKind::PowerRamp => health::ramp_stage::NAME,
             StageKind::Throttling => health::throttle_stage::NAME,
         }
     }
@@ -312,6 +315,7 @@ pub fn suite_stages(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::LinkHealth,
             StageKind::Throttling,
             StageKind::PowerPulse,
+            StageKind::PowerRamp,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
         "mlperf-resnet" => Some(vec![StageKind::MlperfResnet]),
@@ -395,7 +399,8 @@ mod tests {
                 "gpu-memory",
                 "link-health",
                 "throttling",
-                "power-pulse"
+                "power-pulse",
+                "power-ramp"
             ]
         );
         assert_eq!(names("smoke"), ["smoke"]);

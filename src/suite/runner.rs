@@ -43,6 +43,7 @@ fn run_stage(stage: StageKind, ctx: &mut StageContext<'_>) -> StageResult {
         StageKind::KernelMessages => health::kernel_stage::run(ctx),
         StageKind::GpuMemory => health::memory_stage::run(ctx),
         StageKind::PowerPulse => health::pulse_stage::run(ctx),
+        StageKind::PowerRamp => health::ramp_stage::run(ctx),
         StageKind::Throttling => health::throttle_stage::run(ctx),
     }
 }

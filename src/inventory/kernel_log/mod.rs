@@ -140,6 +140,24 @@ impl KernelEventKind {
         }
     }
 
+    /// The kind as a noun: `Xid 79`, `a ring timeout`, `a PCIe fatal error`.
+    pub fn summary(&self) -> String {
+        match self {
+            KernelEventKind::Xid { code, .. } => format!("Xid {code}"),
+            KernelEventKind::FallenOffTheBus => "a fall off the bus".into(),
+            KernelEventKind::InitFailure { .. } => "a failed GPU initialisation".into(),
+            KernelEventKind::FirmwareLoad { .. } => "a failed firmware load".into(),
+            KernelEventKind::RingTimeout { .. } => "a ring timeout".into(),
+            KernelEventKind::RingReset { .. } => "a ring reset".into(),
+            KernelEventKind::GpuReset => "a GPU reset".into(),
+            KernelEventKind::SmuHang => "an SMU hang".into(),
+            KernelEventKind::MesHang => "an MES hang".into(),
+            KernelEventKind::Aer { severity, .. } => {
+                format!("a PCIe {} error", severity.as_str())
+            }
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             KernelEventKind::Xid {

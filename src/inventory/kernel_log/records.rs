@@ -186,7 +186,9 @@ fn console_level(line: &str) -> Option<&str> {
 fn dmesg_facility(line: &str) -> Option<&str> {
     facility_and_level(line).or_else(|| {
         let (node, rest) = line.split_once(": ")?;
-        (!node.contains(' ')).then(|| facility_and_level(rest)).flatten()
+        (!node.contains(' '))
+            .then(|| facility_and_level(rest))
+            .flatten()
     })
 }
 

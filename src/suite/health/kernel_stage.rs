@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::inventory::kernel_log::{self, KernelEvent, MessageClass};
+use crate::inventory::previous_boot::{self, BootEnd, PreviousBoot};
 use crate::inventory::PciAddress;
 use crate::record::{Check, StageResult, Verdict};
 use crate::suite::stage::{StageContext, StageReport};
@@ -41,6 +42,14 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     };
     let events = kernel_log::gpu_events(&records, &gpus);
     report.checks.extend(checks(&events, &gpus));
+    let previous = previous_boot::read(&ctx.root, &gpus);
+    report.findings.extend(
+        previous
+            .unreadable
+            .iter()
+            .map(|why| format!("the previous boot's journal not read: {why}")),
+    );
+    report.checks.extend(previous_boot_check(&previous));
     for class in [
         MessageClass::Serious,
         MessageClass::Application,
@@ -79,6 +88,30 @@ pub fn checks(events: &[KernelEvent], gpus: &[PciAddress]) -> Vec<Check> {
         checks.push(check(None, events));
     }
     checks
+}
+
+/// The previous boot's check, when it has something to say: fails when it logged a
+/// serious message (the fault that ended it, most likely), warns when it ended without
+/// shutting down and nothing says why; named for the GPU the message was about.
+pub fn previous_boot_check(previous: &PreviousBoot) -> Option<Check> {
+    let found = previous.describe()?;
+    let serious = previous.events.iter().any(|e| e.serious);
+    let subject = previous
+        .likely_cause()
+        .filter(|e| e.serious && e.known_gpu)
+        .map(KernelEvent::subject);
+    let verdict = if serious {
+        Verdict::Fail
+    } else {
+        Verdict::warn_if(previous.ended == BootEnd::Unexpected)
+    };
+    Some(Check {
+        name: "previous boot".into(),
+        subject,
+        expected: "ended by a shutdown, with no serious kernel message".into(),
+        found,
+        verdict,
+    })
 }
 
 fn check(subject: Option<String>, events: &[&KernelEvent]) -> Check {

@@ -10,6 +10,7 @@ pub mod memory;
 pub mod memory_stage;
 pub mod peers;
 pub mod pulse_stage;
+pub mod ramp_stage;
 pub mod result;
 pub mod throttle_stage;
 

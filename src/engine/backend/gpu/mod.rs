@@ -51,8 +51,7 @@ mod pool;
 mod profile;
 pub mod runtime_driver;
 pub mod source;
-#[cfg(test)]
-mod stand_in;
+pub mod stand_in;
 
 use std::sync::Arc;
 
