@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod common;
+
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -63,10 +65,10 @@ fn a_gpu_whose_log_shows_it_lost_fails_its_check_and_health_exits_1() {
     );
     let record = record(state.path());
     let messages = stage(&record, "kernel-messages");
-    let verdicts: Vec<(String, String)> = messages["checks"]
-        .as_array()
-        .unwrap()
+    let checks = messages["checks"].as_array().unwrap();
+    let verdicts: Vec<(String, String)> = checks
         .iter()
+        .filter(|c| c["subject"].is_string())
         .map(|c| {
             (
                 c["subject"].as_str().unwrap().to_string(),
@@ -74,19 +76,36 @@ fn a_gpu_whose_log_shows_it_lost_fails_its_check_and_health_exits_1() {
             )
         })
         .collect();
-    let failed: Vec<&str> = verdicts
-        .iter()
-        .filter(|(_, v)| v == "fail")
-        .map(|(s, _)| s.as_str())
-        .collect();
-    assert_eq!(failed, ["0000:41:00.0", "0000:81:00.0"], "{verdicts:?}");
+    let with = |verdict: &str| -> Vec<&str> {
+        verdicts
+            .iter()
+            .filter(|(_, v)| v == verdict)
+            .map(|(s, _)| s.as_str())
+            .collect()
+    };
+    assert_eq!(
+        with("fail"),
+        ["0000:41:00.0", "0000:81:00.0"],
+        "{verdicts:?}"
+    );
     assert_eq!(verdicts.len(), 6, "a check per GPU");
-    // An application's Xid and a GPU not in the box are told, not failed.
-    let findings = messages["findings"].to_string();
-    assert!(findings.contains("Xid 13"), "{findings}");
+    // An application's Xid, and a memory error the GPU contained, warn, never fail.
+    assert_eq!(
+        with("warn"),
+        ["0000:21:00.0", "0000:61:00.0"],
+        "{verdicts:?}"
+    );
+    // A serious Xid for an address that is no GPU of this box (one that left the bus)
+    // fails a check of the box, saying so.
+    let elsewhere: Vec<&Value> = checks.iter().filter(|c| c["subject"].is_null()).collect();
+    assert_eq!(elsewhere.len(), 1, "{elsewhere:?}");
+    assert_eq!(elsewhere[0]["verdict"], "fail");
     assert!(
-        findings.contains("0000:f1:00.0 (no GPU at that address"),
-        "{findings}"
+        elsewhere[0]["found"]
+            .as_str()
+            .unwrap()
+            .contains("0000:f1:00.0 (no GPU at that address"),
+        "{elsewhere:?}"
     );
     // The health result beside the record, in the shape its schema gives.
     let run_dir = std::fs::read_dir(state.path().join("runs"))
@@ -206,4 +225,113 @@ fn assert_conforms(value: &Value, schema: &Value, root: &Value) {
             assert_conforms(item, items, root);
         }
     }
+}
+
+/// The health result `tinyperf health --state-dir` wrote beside the run's record.
+fn health_result(state: &Path) -> Value {
+    let runs: Vec<PathBuf> = std::fs::read_dir(state.join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    serde_json::from_slice(&std::fs::read(runs[0].join("health.json")).unwrap()).unwrap()
+}
+
+fn gpu_check<'a>(result: &'a Value, gpu: &str, check: &str) -> &'a Value {
+    result["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["address"] == gpu)
+        .and_then(|g| {
+            g["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["check"] == check)
+        })
+        .unwrap_or_else(|| panic!("no {check} check on {gpu}: {result}"))
+}
+
+/// A red box's tree where one GPU's power limit is set below its default and others'
+/// RAS counts hold the given memory errors (`ue: N` / `ce: N`, as amdgpu writes them).
+fn red_box_with(capped: &str, ras: &[(&str, &str)]) -> tempfile::TempDir {
+    let tree = common::fixture_copy("tinybox-red");
+    let device = |gpu: &str| tree.path().join("sys/bus/pci/devices").join(gpu);
+    let hwmon = std::fs::read_dir(device(capped).join("hwmon"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(hwmon.join("power1_cap"), "300000000\n").unwrap();
+    for (gpu, counts) in ras {
+        std::fs::create_dir_all(device(gpu).join("ras")).unwrap();
+        std::fs::write(device(gpu).join("ras/umc_err_count"), counts).unwrap();
+    }
+    tree
+}
+
+#[test]
+fn a_capped_gpu_and_corrected_memory_errors_warn_and_health_still_exits_0() {
+    let tree = red_box_with("0000:23:00.0", &[("0000:43:00.0", "ue: 0\nce: 12\n")]);
+    let state = tempfile::tempdir().unwrap();
+    let out = health(&[
+        "--root",
+        tree.path().to_str().unwrap(),
+        "--state-dir",
+        state.path().to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let result = health_result(state.path());
+    let capped = gpu_check(&result, "0000:23:00.0", "power limit");
+    assert_eq!(capped["outcome"], "warn", "{capped}");
+    assert!(
+        capped["found"]
+            .as_str()
+            .unwrap()
+            .contains("capped at 300 W"),
+        "{capped}"
+    );
+    let corrected = gpu_check(&result, "0000:43:00.0", "memory errors");
+    assert_eq!(corrected["outcome"], "warn", "{corrected}");
+    assert!(
+        corrected["found"]
+            .as_str()
+            .unwrap()
+            .contains("12 corrected"),
+        "{corrected}"
+    );
+    let gpus = result["gpus"].as_array().unwrap();
+    let outcome = |gpu: &str| gpus.iter().find(|g| g["address"] == gpu).unwrap()["outcome"].clone();
+    assert_eq!(outcome("0000:23:00.0"), "warn");
+    assert_eq!(outcome("0000:43:00.0"), "warn");
+    assert_eq!(outcome("0000:63:00.0"), "pass");
+    assert!(stdout.contains("0000:23:00.0  WARN"), "{stdout}");
+    assert_eq!(record(state.path())["state"], "passed");
+}
+
+#[test]
+fn an_uncorrected_memory_error_fails_the_gpu_that_reports_it() {
+    let tree = red_box_with("0000:23:00.0", &[("0000:83:00.0", "ue: 1\nce: 0\n")]);
+    let state = tempfile::tempdir().unwrap();
+    let out = health(&[
+        "--root",
+        tree.path().to_str().unwrap(),
+        "--state-dir",
+        state.path().to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let result = health_result(state.path());
+    let failed = gpu_check(&result, "0000:83:00.0", "memory errors");
+    assert_eq!(failed["outcome"], "fail", "{failed}");
+    assert!(
+        failed["found"].as_str().unwrap().contains("1 uncorrected"),
+        "{failed}"
+    );
 }

@@ -20,30 +20,7 @@ const BOOT_NOW: &str = "9a8b7c6d5e4f40312a1b2c3d4e5f6a7b";
 
 /// A copy of a healthy green box's tree, to add a journal to.
 fn box_tree() -> tempfile::TempDir {
-    let tree = tempfile::tempdir().unwrap();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/green-clean-boot");
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", fixture.display()))
-        .arg(tree.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    // The fixture shares some folders with another by relative links: copy what they name.
-    for entry in std::fs::read_dir(tree.path()).unwrap().flatten() {
-        if entry.file_type().unwrap().is_symlink() {
-            let target = std::fs::canonicalize(fixture.join(entry.file_name())).unwrap();
-            std::fs::remove_file(entry.path()).unwrap();
-            let status = Command::new("cp")
-                .arg("-a")
-                .arg(&target)
-                .arg(entry.path())
-                .status()
-                .unwrap();
-            assert!(status.success());
-        }
-    }
-    tree
+    common::fixture_copy("green-clean-boot")
 }
 
 fn journal_remote() -> PathBuf {

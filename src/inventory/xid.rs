@@ -18,6 +18,9 @@ pub enum XidClass {
     MemoryRepair,
     /// Errors the hardware corrected, at a rate worth knowing (single-bit ECC errors).
     Correctable,
+    /// An uncorrectable memory error the GPU contained to the program that met it: the
+    /// program is stopped, the GPU goes on (its row is remapped at the next reset).
+    Contained,
     /// Usually the program's fault (a bad address, a killed channel); a GPU that logs it
     /// under tinyperf's own known-good kernels is suspect.
     Application,
@@ -106,7 +109,7 @@ pub const XIDS: &[(u32, &str, XidClass)] = &[
     (
         94,
         "ROBUST_CHANNEL_CONTAINED_ERROR (contained ECC error)",
-        XidClass::MemoryRepair,
+        XidClass::Contained,
     ),
     (
         95,
@@ -156,6 +159,7 @@ mod tests {
         assert!(!classify(31).1.is_serious());
         assert!(classify(63).1.is_serious());
         assert!(!classify(92).1.is_serious());
+        assert!(!classify(94).1.is_serious());
         assert_eq!(classify(9999).1, XidClass::Hardware);
     }
 }

@@ -8,6 +8,7 @@
 //! symbol they cannot resolve.
 
 mod cuda;
+pub mod device_reports;
 mod gpu_probe;
 pub(crate) mod guard;
 mod hip;

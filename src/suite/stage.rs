@@ -105,6 +105,18 @@ impl StageReport {
         self.finish_as(verdict, message)
     }
 
+    /// Closes a stage whose load could not run (`verdict` and `why` say so), keeping the
+    /// checks it made without one: judged by them when there are any.
+    pub fn finish_unloaded(self, verdict: Verdict, why: String) -> StageResult {
+        if self.checks.is_empty() {
+            self.finish_as(verdict, Some(why))
+        } else {
+            self.finish(Some(format!(
+                "{why}; only what the drivers report was judged"
+            )))
+        }
+    }
+
     /// Closes the stage with an explicit verdict (an error, say).
     pub fn finish_as(self, verdict: Verdict, message: Option<String>) -> StageResult {
         StageResult {

@@ -394,3 +394,35 @@ pub fn amdgpu_sysfs(root: &Path, address: &str, hwmon: &str) -> PathBuf {
     std::os::unix::fs::symlink(&device, bus.join(address)).unwrap();
     hwmon_dir
 }
+
+/// A writable copy of the fixture tree `name`; folders it shares with another fixture by
+/// relative links are copied whole, so that the copy can be changed.
+pub fn fixture_copy(name: &str) -> tempfile::TempDir {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let tree = tempfile::tempdir().unwrap();
+    let copy = |from: &Path, to: &Path| {
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "cp -a {} {}",
+            from.display(),
+            to.display()
+        );
+    };
+    copy(&fixture.join("."), tree.path());
+    for entry in std::fs::read_dir(tree.path()).unwrap().flatten() {
+        if entry.file_type().unwrap().is_symlink() {
+            let target = std::fs::canonicalize(fixture.join(entry.file_name())).unwrap();
+            std::fs::remove_file(entry.path()).unwrap();
+            copy(&target, &entry.path());
+        }
+    }
+    tree
+}

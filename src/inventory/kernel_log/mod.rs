@@ -111,7 +111,7 @@ impl KernelEventKind {
         match self {
             KernelEventKind::Xid { xid_class, .. } => match xid_class {
                 XidClass::Application => MessageClass::Application,
-                XidClass::Correctable => MessageClass::Correctable,
+                XidClass::Correctable | XidClass::Contained => MessageClass::Correctable,
                 XidClass::Lost | XidClass::Hardware | XidClass::MemoryRepair => {
                     MessageClass::Serious
                 }

@@ -32,6 +32,16 @@ impl AmdGpu {
         &self.address
     }
 
+    /// Its folder under `sys/bus/pci/devices`.
+    pub fn device_dir(&self) -> &Path {
+        &self.device_dir
+    }
+
+    /// Its amdgpu hwmon folder.
+    pub fn hwmon_dir(&self) -> &Path {
+        &self.hwmon_dir
+    }
+
     /// Whether the driver exposes a power reading at all.
     pub fn has_power(&self) -> bool {
         power_files(&self.hwmon_dir).any(|p| p.exists())

@@ -92,7 +92,8 @@ pub fn run(ctx: &mut StageContext<'_>, default_burn_seconds: f64) -> StageResult
 }
 
 /// A check per GPU of `values` (one figure each, in `unit`) against the box's median:
-/// below the band around it fails. With fewer than three figures nothing is judged.
+/// below the band around it fails, one inside the band but apart from its peers warns. With
+/// fewer than three figures nothing is judged.
 pub fn judge_peers(
     report: &mut StageReport,
     name: &str,
@@ -113,11 +114,20 @@ pub fn judge_peers(
                 standing.median
             ),
             found: format!(
-                "{:.2} {unit} ({:.0} % of the median)",
+                "{:.2} {unit} ({:.0} % of the median){}",
                 standing.value,
-                standing.ratio * 100.0
+                standing.ratio * 100.0,
+                if standing.drifting {
+                    ", inside the band but apart from its peers"
+                } else {
+                    ""
+                }
             ),
-            verdict: Verdict::pass_if(!standing.low_outlier),
+            verdict: if standing.low_outlier {
+                Verdict::Fail
+            } else {
+                Verdict::warn_if(standing.drifting)
+            },
         });
     }
 }

@@ -7,7 +7,6 @@ use crate::suite::options::{self, MEMORY_FRACTION};
 use crate::suite::stage::{StageContext, StageReport};
 
 use super::memory;
-use crate::suite::gpu_devices::open_gpus_or_finish;
 
 /// The stage's name, as the plan, its events and its result carry it.
 pub const NAME: &str = "gpu-memory";
@@ -21,7 +20,13 @@ const CHUNK_BYTES: usize = 256 << 20;
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let fraction = options::number(ctx.options(), MEMORY_FRACTION, DEFAULT_FRACTION);
-    let backends = open_gpus_or_finish!(ctx, report);
+    report
+        .checks
+        .extend(super::driver_reports::memory_error_checks(&ctx.root));
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_unloaded(verdict, why),
+    };
     let drivers = gpu_devices::drivers_of(&backends);
     ctx.progress(
         0.0,

@@ -4,6 +4,7 @@
 
 pub mod corruption;
 pub mod corruption_stage;
+pub mod driver_reports;
 pub mod kernel_stage;
 pub mod link_stage;
 pub mod memory;

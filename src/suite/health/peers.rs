@@ -35,6 +35,9 @@ pub struct PeerStanding {
     pub low_outlier: bool,
     /// Above the band around the median.
     pub high_outlier: bool,
+    /// Inside the band but more than one median absolute deviation from the median, and
+    /// more than half the minimum gap: worth a warning, never a failure.
+    pub drifting: bool,
 }
 
 /// The median of the finite values (the mean of the middle two for an even count), `None`
@@ -63,6 +66,9 @@ pub fn standings(values: &[Option<f64>], limits: PeerLimits) -> Vec<Option<PeerS
     let deviations: Vec<f64> = present.iter().map(|v| (v - center).abs()).collect();
     let mad = median(&deviations).unwrap_or(0.0);
     let band = (limits.k * mad).max(limits.min_relative_gap * center.abs());
+    // Half the GPUs of a box lie beyond one MAD by its definition: only a drift larger
+    // than noise among identical GPUs (half the minimum gap) is worth a word.
+    let drift = mad.max(0.5 * limits.min_relative_gap * center.abs());
     values
         .iter()
         .map(|value| {
@@ -76,6 +82,7 @@ pub fn standings(values: &[Option<f64>], limits: PeerLimits) -> Vec<Option<PeerS
                 },
                 low_outlier: value < center - band,
                 high_outlier: value > center + band,
+                drifting: (value - center).abs() > drift && (value - center).abs() <= band,
             })
         })
         .collect()
@@ -122,7 +129,28 @@ mod tests {
         assert!(standings(&values, PeerLimits::default())
             .iter()
             .flatten()
-            .all(|s| !s.low_outlier && !s.high_outlier));
+            .all(|s| !s.low_outlier && !s.high_outlier && !s.drifting));
+    }
+
+    #[test]
+    fn a_gpu_four_percent_below_its_peers_drifts_without_failing() {
+        let values = [
+            Some(100.0),
+            Some(100.3),
+            Some(96.0),
+            Some(99.8),
+            Some(100.1),
+            Some(99.9),
+        ];
+        let standings = standings(&values, PeerLimits::default());
+        let drifting: Vec<usize> = standings
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.as_ref().unwrap().drifting)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(drifting, [2]);
+        assert!(standings.iter().flatten().all(|s| !s.low_outlier));
     }
 
     #[test]

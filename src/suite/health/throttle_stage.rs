@@ -12,7 +12,6 @@ use crate::engine::backend::gpu::driver::MatmulPrecision;
 use crate::record::{Check, StageResult, Verdict};
 use crate::runtime::telemetry::{Sampler, ThrottleReason};
 use crate::suite::gpu_devices;
-use crate::suite::gpu_devices::open_gpus_or_finish;
 use crate::suite::options::{self, THROTTLE_SECONDS};
 use crate::suite::stage::{StageContext, StageReport};
 
@@ -73,7 +72,13 @@ fn is_trouble(reason: ThrottleReason) -> bool {
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
     let seconds = options::number(ctx.options(), THROTTLE_SECONDS, DEFAULT_SECONDS);
-    let backends = open_gpus_or_finish!(ctx, report);
+    report
+        .checks
+        .extend(super::driver_reports::power_limit_checks(&ctx.root));
+    let backends = match gpu_devices::open_for_stage(ctx.options()) {
+        Ok(backends) => backends,
+        Err((verdict, why)) => return report.finish_unloaded(verdict, why),
+    };
     let drivers = gpu_devices::drivers_of(&backends);
     let mut sampler = Sampler::discover(&ctx.root);
     ctx.progress(0.0, Some(format!("every GPU loaded for {seconds:.0} s")));
