@@ -324,7 +324,7 @@ pub fn gpu_events(records: &[Record], gpus: &[PciAddress]) -> Vec<KernelEvent> {
         let mut kind = f.kind;
         if let KernelEventKind::Xid {
             code: 45,
-            caused_by,
+            caused_by: caused_by @ None,
             ..
         } = &mut kind
         {

@@ -89,13 +89,17 @@ fn xid_line(rest: &str) -> Option<(Option<PciAddress>, KernelEventKind)> {
         .parse()
         .ok()?;
     let (name, xid_class) = xid::classify(code);
+    // Newer drivers name the cause of an Xid 45 in its own line.
+    let caused_by = after
+        .split_once("caused by previous Xid ")
+        .and_then(|(_, n)| n.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok());
     Some((
         address,
         KernelEventKind::Xid {
             code,
             name,
             xid_class,
-            caused_by: None,
+            caused_by,
         },
     ))
 }

@@ -258,6 +258,23 @@ fn xid_45_keeps_the_xid_that_caused_it() {
 }
 
 #[test]
+fn xid_45_takes_the_cause_its_own_line_names_first() {
+    let found = events(
+        "NVRM: Xid (PCI:0000:41:00): 13, pid=9, name=python3, Graphics Exception\n\
+         NVRM: Xid (PCI:0000:41:00): 45, pid=9, name=python3, Ch 00000002 caused by previous Xid 149\n",
+        &["0000:41:00.0"],
+    );
+    assert!(matches!(
+        found[1].kind,
+        KernelEventKind::Xid {
+            code: 45,
+            caused_by: Some(149),
+            ..
+        }
+    ));
+}
+
+#[test]
 fn an_event_for_an_address_that_is_no_gpu_here_says_so() {
     let found = events(
         "NVRM: Xid (PCI:0000:f1:00): 48, pid=9, name=g, DBE\n",
