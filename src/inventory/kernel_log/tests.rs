@@ -297,3 +297,68 @@ fn a_pipe_with_no_writer_reads_as_empty_instead_of_hanging() {
     .unwrap();
     assert_eq!(read_records(root.path()), Ok(Vec::new()));
 }
+
+/// Every corpus log cut, spliced and sprinkled with stray bytes at random: whatever a
+/// paste or a damaged journal holds, the reader and the judgement finish without a panic.
+#[test]
+fn damaged_logs_never_panic_the_reader_or_the_judgement() {
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kernel-logs");
+    let mut lines: Vec<String> = Vec::new();
+    for entry in std::fs::read_dir(corpus).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "log") {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            lines.extend(text.lines().map(str::to_string));
+        }
+    }
+    assert!(lines.len() > 500, "{} corpus lines", lines.len());
+    // xorshift64*: the same damage on every run.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    const STRAY: &[&str] = &[
+        "[",
+        "]",
+        ":",
+        ";",
+        ",",
+        " ",
+        "\u{1b}[2J",
+        "é",
+        "0000:",
+        "<3>",
+        "\t",
+        "{",
+        "фев",
+    ];
+    for _ in 0..5000 {
+        let mut text = String::new();
+        for _ in 0..(next() % 40) {
+            let line = &lines[(next() % lines.len() as u64) as usize];
+            let chars: Vec<char> = line.chars().collect();
+            let cut = (next() as usize) % (chars.len() + 1);
+            let start = (next() as usize) % (cut + 1);
+            let mut damaged: String = chars[start..cut].iter().collect();
+            if next() % 3 == 0 {
+                let at = damaged
+                    .char_indices()
+                    .map(|(i, _)| i)
+                    .nth((next() as usize) % (damaged.chars().count() + 1))
+                    .unwrap_or(damaged.len());
+                damaged.insert_str(at, STRAY[(next() % STRAY.len() as u64) as usize]);
+            }
+            text.push_str(&damaged);
+            text.push('\n');
+        }
+        let records = parse_pasted(&text);
+        let gpus = [address("0000:01:00.0").unwrap()];
+        for event in gpu_events(&records, &gpus) {
+            let _ = event.describe();
+        }
+        let _ = parse_records(&text);
+    }
+}
