@@ -7,6 +7,7 @@ pub mod log;
 pub mod package;
 pub mod power_log;
 pub mod score;
+pub mod shell_words;
 pub mod source;
 pub mod system_desc;
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::log::MlLogText;
 use super::score::RESULTS_NEEDED;
+use super::shell_words;
 use super::system_desc::{system_description, SoftwareStack, STATUS_ON_PREMISE, SYSTEM_DESC_FILE};
 use crate::engine::mllog::Division;
 
@@ -47,6 +48,14 @@ pub enum PackageError {
     /// repeated seed); the message says which and where.
     #[error("{0}")]
     Mismatch(String),
+    /// A run's record holds a value no shell script can repeat (a NUL byte).
+    #[error("{run}: its options cannot be written into run_and_time.sh: {reason}")]
+    Unscriptable {
+        /// The run.
+        run: PathBuf,
+        /// Which value, and why.
+        reason: String,
+    },
     /// The package's `ORG/` folder (given here) already exists; it is never overwritten.
     #[error("{0} exists: package into another folder (--out) or move it away")]
     Exists(PathBuf),
@@ -414,7 +423,7 @@ fn write_tree(
     )?;
     write(
         &implementation.join("run_and_time.sh"),
-        run_and_time(results).as_bytes(),
+        run_and_time(results)?.as_bytes(),
     )?;
     Ok(notes)
 }
@@ -451,12 +460,13 @@ fn system_desc(
 }
 
 /// The `tinyperf run` command line that repeats a run: its suite, options and seed.
-fn command_line(result: &Result1) -> String {
+/// The command that repeats `result`'s run, every word from its record quoted.
+fn command_line(result: &Result1) -> Result<String, PackageError> {
     let record = &result.record;
     let suite = record["suite"].as_str().unwrap_or("smoke");
-    let mut line = format!("tinyperf run {suite} --state-dir /var/lib/tinyperf");
-    if let Some(options) = record["options"].as_object() {
-        for (key, value) in options {
+    let mut options: Vec<String> = Vec::new();
+    if let Some(given) = record["options"].as_object() {
+        for (key, value) in given {
             // One line is one run, with its own seed.
             if key == "seed" || key == "runs" {
                 continue;
@@ -465,11 +475,18 @@ fn command_line(result: &Result1) -> String {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            line.push_str(&format!(" -o '{key}={value}'"));
+            options.push(format!("{key}={value}"));
         }
     }
-    line.push_str(&format!(" -o seed={}", result.seed.2));
-    line
+    options.push(format!("seed={}", result.seed.2));
+    let mut words = vec!["tinyperf", "run", suite, "--state-dir", "/var/lib/tinyperf"];
+    for option in &options {
+        words.extend(["-o", option.as_str()]);
+    }
+    shell_words::command(&words).map_err(|e| PackageError::Unscriptable {
+        run: result.run_dir.clone(),
+        reason: e.to_string(),
+    })
 }
 
 fn implementation_readme(
@@ -516,13 +533,121 @@ fn implementation_readme(
     text
 }
 
-fn run_and_time(results: &[Result1]) -> String {
+fn run_and_time(results: &[Result1]) -> Result<String, PackageError> {
     let mut text = String::from(
         "#!/bin/sh\n# Repeats the packaged runs, one tinyperf run each, with their seeds.\nset -e\n",
     );
     for r in results {
-        text.push_str(&command_line(r));
+        text.push_str(&command_line(r)?);
         text.push('\n');
     }
-    text
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result_with(record: Value, seed: i64) -> Result1 {
+        Result1 {
+            mllog: PathBuf::from("mllog.txt"),
+            system_desc: None,
+            power: None,
+            record,
+            run_dir: PathBuf::from("/runs/r1"),
+            division: "closed".into(),
+            seed: ("seed".into(), seed, seed),
+            platform: "cpubox".into(),
+        }
+    }
+
+    #[test]
+    fn run_and_time_repeats_hostile_runs_word_for_word_and_runs_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("PWNED");
+        let m = marker.display();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let seen = dir.path().join("argv");
+        // A stand-in for tinyperf that writes down the words it was given.
+        std::fs::write(
+            bin.join("tinyperf"),
+            format!(
+                "#!/bin/sh\nprintf '%s\\0' \"$@\" >> '{}'\nprintf '\\036' >> '{}'\n",
+                seen.display(),
+                seen.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            bin.join("tinyperf"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let hostile = [
+            format!("/some/ds'; touch {m}; echo '"),
+            format!("$(touch {m})"),
+            format!("`touch {m}`\nline two"),
+        ];
+        let results: Vec<Result1> = hostile
+            .iter()
+            .enumerate()
+            .map(|(i, value)| {
+                let mut options = serde_json::Map::new();
+                options.insert("dataset".into(), Value::String(value.clone()));
+                options.insert(format!("k'; touch {m}; '{i}"), Value::from(1));
+                result_with(
+                    serde_json::json!({"suite": format!("smoke; touch {m}"), "options": options}),
+                    i as i64 + 1,
+                )
+            })
+            .collect();
+        let script = dir.path().join("run_and_time.sh");
+        std::fs::write(&script, run_and_time(&results).unwrap()).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = std::process::Command::new("sh")
+            .arg(&script)
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!marker.exists(), "the script ran a word of a record");
+        let calls = std::fs::read_to_string(&seen).unwrap();
+        let calls: Vec<Vec<&str>> = calls
+            .split_terminator('\u{1e}')
+            .map(|c| c.split_terminator('\0').collect())
+            .collect();
+        assert_eq!(calls.len(), 3);
+        for (i, call) in calls.iter().enumerate() {
+            assert_eq!(
+                call[..3],
+                ["run", &format!("smoke; touch {m}"), "--state-dir"]
+            );
+            assert!(
+                call.contains(&format!("dataset={}", hostile[i]).as_str()),
+                "{call:?}"
+            );
+            assert!(
+                call.contains(&format!("k'; touch {m}; '{i}=1").as_str()),
+                "{call:?}"
+            );
+            assert_eq!(call.last(), Some(&format!("seed={}", i + 1).as_str()));
+        }
+    }
+
+    #[test]
+    fn a_value_with_a_nul_byte_is_refused_naming_the_run() {
+        let record = serde_json::json!({"suite": "smoke", "options": {"dataset": "a\0b"}});
+        let error = run_and_time(&[result_with(record, 1)]).unwrap_err();
+        assert!(error.to_string().contains("/runs/r1"), "{error}");
+        assert!(error.to_string().contains("NUL"), "{error}");
+    }
 }
