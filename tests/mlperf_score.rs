@@ -361,3 +361,48 @@ fn a_folder_of_results_is_named_by_its_system_then_its_logs_then_its_path() {
     std::fs::write(org.join("systems/box-a.json"), "{}").unwrap();
     assert_eq!(name_in(&org.join("results"), "box-a/resnet"), "box-a");
 }
+
+/// A result folder whose logs name a platform with a newline and an escape sequence, in a
+/// folder whose name holds them too, cannot make `mlperf score` print a line of its own or
+/// drive the terminal: every such character is shown escaped.
+#[test]
+fn hostile_names_cannot_print_fake_result_lines() {
+    let work = tempfile::tempdir().unwrap();
+    let log = minimal();
+    let platform_line = log
+        .lines()
+        .find(|l| l.contains("\"submission_platform\""))
+        .unwrap()
+        .to_string();
+    let record: Value =
+        serde_json::from_str(platform_line.split(":::MLLOG ").nth(1).unwrap()).unwrap();
+    let mut hostile = record.clone();
+    hostile["value"] =
+        Value::String("box\nfake (closed): 0.001 min, 5 of 5 runs counted\u{1b}[2J".into());
+    let log = log.replace(
+        &platform_line,
+        &format!(":::MLLOG {}", serde_json::to_string(&hostile).unwrap()),
+    );
+    let folder = work
+        .path()
+        .join("runs\nfake2 (closed): 0.002 min\u{1b}]0;title\u{7}");
+    std::fs::create_dir_all(&folder).unwrap();
+    for i in 0..5 {
+        std::fs::write(folder.join(format!("result_{i}.txt")), &log).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tinyperf"))
+        .args(["mlperf", "score"])
+        .arg(&folder)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.lines().all(|l| !l.starts_with("fake")),
+        "a value printed a line of its own: {stdout}"
+    );
+    assert!(stdout.contains("box\\nfake"), "{stdout}");
+}

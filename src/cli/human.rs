@@ -2,6 +2,7 @@
 
 use std::io::{self, Write};
 
+use super::printable::printable;
 use crate::record::Verdict;
 use crate::suite::event::WorkerEvent;
 
@@ -15,7 +16,7 @@ pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> 
         }
         WorkerEvent::Hardware { hardware } => {
             let sku = hardware.get("sku").and_then(|v| v.as_str()).unwrap_or("?");
-            writeln!(out, "  box: {sku}")?
+            writeln!(out, "  box: {}", printable(sku))?
         }
         WorkerEvent::StageStarted {
             stage,
@@ -24,7 +25,7 @@ pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> 
         } => writeln!(out, "[{}/{total}] {stage}", index + 1)?,
         WorkerEvent::Progress {
             message: Some(m), ..
-        } => writeln!(out, "  … {m}")?,
+        } => writeln!(out, "  … {}", printable(m))?,
         WorkerEvent::Progress { .. }
         | WorkerEvent::Heartbeat
         | WorkerEvent::Train { .. }
@@ -37,19 +38,19 @@ pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> 
                 let subject = c
                     .subject
                     .as_deref()
-                    .map(|s| format!(" [{s}]"))
+                    .map(|s| format!(" [{}]", printable(s)))
                     .unwrap_or_default();
                 writeln!(
                     out,
                     "  {:<5} {}{subject}: expected {}, found {}",
                     c.verdict.as_str().to_uppercase(),
-                    c.name,
-                    c.expected,
-                    c.found
+                    printable(&c.name),
+                    printable(&c.expected),
+                    printable(&c.found)
                 )?;
             }
             for f in &result.findings {
-                writeln!(out, "  note: {f}")?;
+                writeln!(out, "  note: {}", printable(f))?;
             }
             let message = result.message.as_deref().unwrap_or("");
             let mark = match result.verdict {
@@ -59,14 +60,14 @@ pub fn write_event(out: &mut impl Write, event: &WorkerEvent) -> io::Result<()> 
                 Verdict::Skip => "SKIP",
                 Verdict::Error => "ERROR",
             };
-            writeln!(out, "  → {mark} {message}")?
+            writeln!(out, "  → {mark} {}", printable(message))?
         }
         WorkerEvent::RunFinished { state, message } => writeln!(
             out,
             "run {state}{}",
             message
                 .as_deref()
-                .map(|m| format!(": {m}"))
+                .map(|m| format!(": {}", printable(m)))
                 .unwrap_or_default()
         )?,
     }

@@ -12,6 +12,8 @@ use crate::inventory::PciAddress;
 use crate::record::Verdict;
 use crate::suite::health::kernel_stage;
 
+use super::printable::printable;
+
 /// The largest log read; a larger one is refused rather than read into memory.
 pub const MAX_LOG_BYTES: u64 = 256 << 20;
 
@@ -99,18 +101,4 @@ fn table(checks: &[crate::record::Check], events: &[KernelEvent], records: usize
         ));
     }
     out
-}
-
-/// Control characters from the log shown escaped, so that a log cannot move the
-/// terminal's cursor or fake lines of this report.
-fn printable(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
 }

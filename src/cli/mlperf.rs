@@ -1,5 +1,6 @@
 //! `tinyperf mlperf`: scores of MLPerf results, as tables or JSON.
 
+use super::printable::printable;
 use std::fmt::Write as _;
 
 use crate::cli::args::{MlperfCommand, MlperfPackageArgs, MlperfScoreArgs};
@@ -49,13 +50,13 @@ fn write_package(args: &MlperfPackageArgs) -> anyhow::Result<i32> {
     } else {
         println!(
             "wrote {} ({} division, seeds {:?}{})",
-            report.root.display(),
+            printable(&report.root.display().to_string()),
             report.division,
             report.seeds,
             if report.power { ", power logs" } else { "" }
         );
         for note in &report.notes {
-            println!("  note: {note}");
+            println!("  note: {}", printable(note));
         }
         for system in &systems {
             print!("{}", render(system));
@@ -90,8 +91,8 @@ fn render(s: &SystemScore) -> String {
     let _ = writeln!(
         out,
         "{} ({}): {score}, {} of {} runs counted{}",
-        s.system,
-        s.division.as_deref().unwrap_or("division unknown"),
+        printable(&s.system),
+        printable(s.division.as_deref().unwrap_or("division unknown")),
         s.runs_counted,
         s.runs.len(),
         if s.scaling_factor != 1.0 {
@@ -124,12 +125,16 @@ fn render(s: &SystemScore) -> String {
             .map_or(String::new(), |j| format!(", {j:.0} J"));
         let verdict = match &run.reason {
             None => "converged".to_string(),
-            Some(r) => format!("not counted: {r}"),
+            Some(r) => format!("not counted: {}", printable(r)),
         };
-        let _ = writeln!(out, "  {}: {time}{epochs}{energy}; {verdict}", run.name);
+        let _ = writeln!(
+            out,
+            "  {}: {time}{epochs}{energy}; {verdict}",
+            printable(&run.name)
+        );
     }
     for note in &s.notes {
-        let _ = writeln!(out, "  note: {note}");
+        let _ = writeln!(out, "  note: {}", printable(note));
     }
     out
 }

@@ -10,6 +10,7 @@ mod gpu_floors;
 pub mod human;
 pub mod kernel_log;
 pub mod mlperf;
+pub mod printable;
 pub mod progress;
 pub mod run;
 

@@ -134,7 +134,7 @@ pub fn record(r: &RunRecord) -> String {
     if !findings.is_empty() {
         out.push_str("\nFINDINGS\n");
         for f in findings {
-            out.push_str(&format!("  {f}\n"));
+            out.push_str(&format!("  {}\n", crate::cli::printable::printable(&f)));
         }
     }
     out

@@ -1,5 +1,7 @@
 //! Plain text tables with aligned columns.
 
+use crate::cli::printable::printable;
+
 /// Rows of cells under a header, each column as wide as its widest cell.
 pub struct Table {
     header: Vec<String>,
@@ -14,8 +16,15 @@ impl Table {
         }
     }
 
+    /// Adds a row; each cell is shown [`printable`]: a value from a record cannot move
+    /// the terminal's cursor or start a row of its own.
     pub fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|c| printable(&c).into_owned())
+                .collect(),
+        );
     }
 
     pub fn is_empty(&self) -> bool {
@@ -58,7 +67,7 @@ pub fn fields(pairs: &[(&str, String)]) -> String {
         .unwrap_or(0);
     let mut out = String::new();
     for (key, value) in pairs {
-        out.push_str(&format!("{key:<width$}  {value}\n"));
+        out.push_str(&format!("{key:<width$}  {}\n", printable(value)));
     }
     out
 }
