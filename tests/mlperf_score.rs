@@ -406,3 +406,68 @@ fn hostile_names_cannot_print_fake_result_lines() {
     );
     assert!(stdout.contains("box\\nfake"), "{stdout}");
 }
+
+/// Times and numbers no run can have are never scored: a run_stop before its run_start,
+/// a time that is NaN or 1e308, an evaluation at a negative epoch. Each run is not
+/// counted, with the reason, and five of them make no score.
+#[test]
+fn impossible_times_and_numbers_are_never_scored() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = minimal();
+    let stop_line = log.lines().find(|l| l.contains("\"run_stop\"")).unwrap();
+    let eval_line = log
+        .lines()
+        .find(|l| l.contains("\"eval_accuracy\""))
+        .unwrap();
+    let cases = [
+        (
+            "backwards",
+            log.replace(
+                stop_line,
+                &stop_line.replace("1700000817002", "1700000500000"),
+            ),
+            "before run_start: the times are impossible",
+        ),
+        (
+            "nan",
+            log.replace(stop_line, &stop_line.replace("1700000817002", "\"NaN\"")),
+            "is no time",
+        ),
+        (
+            "huge",
+            log.replace(stop_line, &stop_line.replace("1700000817002", "1e308")),
+            "is no time",
+        ),
+        (
+            "negative-epoch",
+            log.replace(
+                eval_line,
+                &eval_line.replace("\"epoch_num\": 1", "\"epoch_num\": -1"),
+            ),
+            "epoch_num -1",
+        ),
+    ];
+    for (name, text, reason) in &cases {
+        let folder = dir.path().join(name);
+        std::fs::create_dir(&folder).unwrap();
+        for i in 0..5 {
+            std::fs::write(folder.join(format!("result_{i}.txt")), text).unwrap();
+        }
+        let (ok, json) = score_json(&[&folder]);
+        assert!(!ok, "{name}: {json:#}");
+        let system = &json["systems"][0];
+        assert!(system["time_to_train_min"].is_null(), "{name}: {system:#}");
+        assert_eq!(system["runs_counted"], 0, "{name}: {system:#}");
+        for run in system["runs"].as_array().unwrap() {
+            assert_eq!(run["converged"], false, "{name}");
+            assert!(
+                run["reason"].as_str().unwrap().contains(reason),
+                "{name}: {run:#}"
+            );
+            assert!(
+                run["time_to_train_min"].as_f64().is_none_or(|t| t >= 0.0),
+                "{name}: {run:#}"
+            );
+        }
+    }
+}

@@ -12,6 +12,10 @@ use serde_json::Value;
 /// The token every MLLOG line carries.
 pub const TOKEN: &str = ":::MLLOG ";
 
+/// The latest `time_ms` a line may hold: the year 5138, far past any run; beyond it (1e308,
+/// infinity) a time is a corrupt or hostile line, not a time.
+pub const MAX_TIME_MS: f64 = 1e14;
+
 /// One parsed line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Entry {
@@ -128,6 +132,11 @@ fn parse_body(body: &str) -> Result<(f64, String, Value, Value), String> {
         Some(other) => return Err(format!("time_ms {other} is not a number")),
         None => return Err("no time_ms".into()),
     };
+    if !time_ms.is_finite() || !(0.0..=MAX_TIME_MS).contains(&time_ms) {
+        return Err(format!(
+            "time_ms {time_ms} is no time: milliseconds since 1970 lie between 0 and {MAX_TIME_MS:e}"
+        ));
+    }
     let key = match fields.remove("key") {
         Some(Value::String(s)) => s,
         Some(other) => other.to_string(),

@@ -173,6 +173,11 @@ impl RunScore {
         }
         score.reason = why_not_counted(&compliance, log, &score);
         score.converged = score.reason.is_none();
+        if score.run_ms.is_some_and(|ms| ms < 0.0) {
+            // Never a negative time to train, in any figure.
+            score.time_to_train_min = None;
+            score.compliant = false;
+        }
         if score.converged {
             score.epochs_to_converge = epochs_to_converge;
         }
@@ -213,11 +218,30 @@ fn why_not_counted(compliance: &Compliance, log: &MlLogText, run: &RunScore) -> 
     if log.first("run_stop").is_none() {
         let last_epoch = run.epochs.last().map_or(0.0, |e| e.epoch);
         let cut = match log.bad_lines.last() {
-            Some(bad) => format!(", line {} cut short or unreadable", bad.line),
+            Some(bad) => format!(
+                ", line {} cut short or unreadable: {}",
+                bad.line, bad.reason
+            ),
             None => String::new(),
         };
         return Some(format!(
             "no run_stop: the log ends after epoch {last_epoch}{cut} ({best_text})"
+        ));
+    }
+    if let Some(ms) = run.run_ms.filter(|ms| *ms < 0.0) {
+        return Some(format!(
+            "run_stop is {:.3} s before run_start: the times are impossible",
+            -ms / 1000.0
+        ));
+    }
+    if let Some(bad) = run
+        .evals
+        .iter()
+        .find(|e| !e.epoch.is_finite() || e.epoch < 0.0 || !(0.0..=1.0).contains(&e.accuracy))
+    {
+        return Some(format!(
+            "an evaluation at epoch_num {} with accuracy {}: epochs count from 0 and top-1 lies in [0, 1]",
+            bad.epoch, bad.accuracy
         ));
     }
     if !compliance.passed() {
