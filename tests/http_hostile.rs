@@ -250,3 +250,45 @@ async fn hypers_own_refusals_carry_the_json_error_and_echoes_are_bounded() {
     assert!(message.len() < 300, "{} bytes: {message}", message.len());
     assert!(message.contains("5000 bytes"), "{message}");
 }
+
+/// One address that holds its whole share of event streams open, idle, is refused more
+/// (429, naming its share), and every other address still gets a stream: the server's
+/// streams in all are many more than one address's share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holding_its_share_of_streams_locks_nobody_else_out() {
+    let limits = Limits::default();
+    assert!(limits.max_event_streams >= 4 * limits.max_event_streams_per_peer);
+    let server = start(limits.clone()).await;
+    let addr = server.addr;
+    let events = b"GET /api/v1/events HTTP/1.1\r\nhost: test\r\n\r\n";
+    let mut held = Vec::new();
+    for _ in 0..limits.max_event_streams_per_peer {
+        let mut stream = connect_from(local(20), addr, None).await;
+        stream.write_all(events).await.unwrap();
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        held.push(stream);
+    }
+    let mut one_more = connect_from(local(20), addr, None).await;
+    one_more.write_all(events).await.unwrap();
+    let mut reply = Vec::new();
+    timeout(Duration::from_secs(5), one_more.read_to_end(&mut reply))
+        .await
+        .expect("the refused stream's connection is closed")
+        .unwrap();
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
+    assert!(reply.contains("its share"), "{reply}");
+    for other in 21..24 {
+        let mut stream = connect_from(local(other), addr, None).await;
+        stream.write_all(events).await.unwrap();
+        let mut head = [0u8; 12];
+        timeout(Duration::from_secs(5), stream.read_exact(&mut head))
+            .await
+            .expect("another address is answered")
+            .unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200", "address 127.0.0.{other}");
+    }
+    drop(held);
+}

@@ -41,6 +41,8 @@ pub struct App {
     pub token: Option<String>,
     pub limits: Limits,
     pub event_streams: Arc<Semaphore>,
+    /// Each client address's share of them.
+    pub stream_shares: Arc<super::stream_shares::StreamShares>,
     pub admission: Arc<Admission>,
     pub pages: PageState,
 }
@@ -115,7 +117,7 @@ impl App {
                 Ok(response::bytes(StatusCode::OK, response::NDJSON, bytes))
             }
             Endpoint::RunCancel(id) => self.cancel_run(request, id).await,
-            Endpoint::Events => self.events(),
+            Endpoint::Events => self.events(request.extensions().get::<super::Peer>().map(|p| p.0)),
             Endpoint::OpenApi => Ok(response::bytes(
                 StatusCode::OK,
                 response::JSON,
@@ -174,7 +176,20 @@ impl App {
         Ok(self.handle.run_artifact(&id, artifact).await?)
     }
 
-    fn events(&self) -> Result<Response<Body>, ApiError> {
+    fn events(&self, peer: Option<std::net::IpAddr>) -> Result<Response<Body>, ApiError> {
+        let peer = peer.unwrap_or(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED));
+        let share = self.stream_shares.take(peer).ok_or_else(|| {
+            self.admission.log().refused(Refusal::EventStreams);
+            ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_streams",
+                format!(
+                    "this address holds {} event streams already, its share; close one",
+                    self.stream_shares.per_peer()
+                ),
+            )
+            .with_header("retry-after", "10")
+        })?;
         let permit = self
             .event_streams
             .clone()
@@ -195,7 +210,7 @@ impl App {
             self.handle.clone(),
             self.limits.keep_alive,
             self.limits.max_event_stream_age,
-            permit,
+            (permit, share),
         ))
     }
 

@@ -18,6 +18,7 @@ mod page;
 mod response;
 mod router;
 mod sse;
+mod stream_shares;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -38,6 +39,10 @@ use endpoints::App;
 pub use page::Prices;
 use response::ApiError;
 
+/// The client address a request came from, in its extensions.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub std::net::IpAddr);
+
 /// The bounds the server keeps.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -47,6 +52,9 @@ pub struct Limits {
     pub max_connections_per_peer: usize,
     /// Open `GET /api/v1/events` streams at once; further ones get a 503.
     pub max_event_streams: usize,
+    /// Open event streams at once from one client address, well below
+    /// `max_event_streams`: one client cannot take every stream.
+    pub max_event_streams_per_peer: usize,
     /// Request line plus headers, in bytes; more gets 431.
     pub max_header_bytes: usize,
     /// Number of request headers; more gets 431 (hyper refuses over 100 by itself).
@@ -76,7 +84,8 @@ impl Default for Limits {
         Limits {
             max_connections: 256,
             max_connections_per_peer: 64,
-            max_event_streams: 64,
+            max_event_streams: 128,
+            max_event_streams_per_peer: 16,
             max_header_bytes: 16 * 1024,
             max_headers: 64,
             max_body_bytes: 64 * 1024,
@@ -180,6 +189,7 @@ pub async fn serve_priced(
         handle,
         token,
         event_streams: Arc::new(Semaphore::new(limits.max_event_streams.max(1))),
+        stream_shares: stream_shares::StreamShares::new(limits.max_event_streams_per_peer),
         admission: admission.clone(),
         limits,
         pages: page::PageState::new(prices),
@@ -214,7 +224,8 @@ pub async fn serve_priced(
         let service_activity = activity.clone();
         let connection = builder.serve_connection(
             TokioIo::new(stream),
-            service_fn(move |request| {
+            service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(Peer(peer.ip()));
                 let app = app.clone();
                 let activity = service_activity.clone();
                 async move { Ok::<_, Infallible>(answer(app, &activity, request).await) }
@@ -276,6 +287,7 @@ async fn answer(
         response.status(),
         StatusCode::REQUEST_TIMEOUT
             | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::TOO_MANY_REQUESTS
             | StatusCode::SERVICE_UNAVAILABLE
     ) {
         response

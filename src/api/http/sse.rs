@@ -22,6 +22,7 @@ use tokio::sync::{broadcast, OwnedSemaphorePermit};
 use tokio::time::{interval_at, Instant, Interval, MissedTickBehavior};
 
 use super::response::{with_body, Body};
+use super::stream_shares::Share;
 use crate::agent::events::AgentEvent;
 use crate::agent::AgentHandle;
 
@@ -35,8 +36,9 @@ struct EventStream {
     opening: Option<Bytes>,
     /// When the stream ends so that the client reconnects.
     ends_at: Instant,
-    /// Held for as long as the client listens.
-    _permit: OwnedSemaphorePermit,
+    /// Held for as long as the client listens: a stream of the server's, and one of
+    /// the client address's share.
+    _permit: (OwnedSemaphorePermit, Share),
 }
 
 /// The event-stream response. Subscribes before taking the snapshot, so no event
@@ -45,7 +47,7 @@ pub fn response(
     handle: AgentHandle,
     keep_alive: Duration,
     max_age: Duration,
-    permit: OwnedSemaphorePermit,
+    permit: (OwnedSemaphorePermit, Share),
 ) -> Response<Body> {
     let events = handle.subscribe();
     let mut opening = format!("retry: {RETRY_MS}\n\n").into_bytes();
