@@ -1019,3 +1019,34 @@ async fn a_training_run_streams_live_figures_and_keeps_them_for_the_live_endpoin
     assert_eq!(live["train"].as_array().unwrap().len(), train.len());
     assert!(!live["telemetry"].as_array().unwrap().is_empty());
 }
+
+/// A run folder's files linked to a file elsewhere (`/etc/shadow`, here a secret of the
+/// test's) are never served: each answers 403 `refused` saying it is a link, and the
+/// secret's bytes never leave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_linked_out_of_a_run_folder_are_refused_not_served() {
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("shadow");
+    std::fs::write(&secret, "root:$6$secret-hash:19000:0:99999:7:::\n").unwrap();
+    let target = secret.clone();
+    let server = start_server(Some(TOKEN), None, move |dir| {
+        seed_run(dir);
+        let run = dir.join("runs").join(SEEDED_RUN);
+        for file in ["mllog.txt", "telemetry.csv", "train.jsonl"] {
+            let _ = std::fs::remove_file(run.join(file));
+            std::os::unix::fs::symlink(&target, run.join(file)).unwrap();
+        }
+    })
+    .await;
+    for endpoint in ["mllog", "telemetry", "train"] {
+        let reply = get(
+            server.addr,
+            &format!("/api/v1/runs/{SEEDED_RUN}/{endpoint}"),
+        )
+        .await;
+        reply.assert_error(403, "refused");
+        let text = reply.text();
+        assert!(!text.contains("secret-hash"), "{endpoint}: {text}");
+        assert!(text.contains("symbolic link"), "{endpoint}: {text}");
+    }
+}

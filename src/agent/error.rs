@@ -25,6 +25,10 @@ pub enum AgentError {
     /// Not enough free space to start a run.
     #[error("{0}")]
     NoSpace(String),
+    /// A file the agent never serves (a link in a run folder, something not a plain
+    /// file); the message says which.
+    #[error("{0}")]
+    Refused(String),
     /// Something on the agent's side failed (the store, the worker, the inventory); not the
     /// caller's fault.
     #[error("internal error: {0}")]
@@ -41,13 +45,14 @@ impl From<ReadError> for AgentError {
             e @ ReadError::MissingFile { .. } => AgentError::MissingFile(e.to_string()),
             e @ ReadError::TooLarge { .. } => AgentError::TooLarge(e.to_string()),
             ReadError::Unreadable(reason) => AgentError::Internal(reason),
+            ReadError::Refused(reason) => AgentError::Refused(reason),
         }
     }
 }
 
 impl AgentError {
     /// A stable machine-readable code: `busy`, `not_found`, `invalid_args`,
-    /// `too_large`, `no_space`, `internal`.
+    /// `too_large`, `no_space`, `refused`, `internal`.
     pub fn code(&self) -> &'static str {
         match self {
             AgentError::Busy(_) => "busy",
@@ -55,6 +60,7 @@ impl AgentError {
             AgentError::InvalidArgs(_) => "invalid_args",
             AgentError::TooLarge(_) => "too_large",
             AgentError::NoSpace(_) => "no_space",
+            AgentError::Refused(_) => "refused",
             AgentError::Internal(_) => "internal",
         }
     }

@@ -148,7 +148,7 @@ fn checked_name(name: &str) -> Result<(), PackageError> {
 fn results_of(run_dir: &Path, fallback: Option<&Value>) -> Result<Vec<Result1>, PackageError> {
     let record_path = run_dir.join(RECORD_FILE);
     let record: Value = if record_path.is_file() {
-        let text = std::fs::read_to_string(&record_path).map_err(|e| read_err(&record_path, e))?;
+        let text = read_text(&record_path)?;
         serde_json::from_str(&text).map_err(|e| read_err(&record_path, e))?
     } else if let Some(record) = fallback {
         record.clone()
@@ -376,8 +376,24 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), PackageError> {
     std::fs::write(path, bytes).map_err(fail)
 }
 
+/// A run's text file, never read through a link.
+fn read_text(path: &Path) -> Result<String, PackageError> {
+    use std::io::Read;
+    let mut text = String::new();
+    crate::record::files::open_plain_file(path)
+        .and_then(|mut f| f.read_to_string(&mut text))
+        .map_err(|e| read_err(path, e))?;
+    Ok(text)
+}
+
+/// Copies a run's file into the package, never through a link: a `power.txt` linked to
+/// a file elsewhere is refused, not copied.
 fn copy(from: &Path, to: &Path) -> Result<(), PackageError> {
-    let bytes = std::fs::read(from).map_err(|e| read_err(from, e))?;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    crate::record::files::open_plain_file(from)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| read_err(from, e))?;
     write(to, &bytes)
 }
 
@@ -437,7 +453,7 @@ fn system_desc(
 ) -> Result<Value, PackageError> {
     let mut desc = match &result.system_desc {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| read_err(path, e))?;
+            let text = read_text(path)?;
             serde_json::from_str(&text).map_err(|e| read_err(path, e))?
         }
         None => system_description(
@@ -641,6 +657,19 @@ mod tests {
             );
             assert_eq!(call.last(), Some(&format!("seed={}", i + 1).as_str()));
         }
+    }
+
+    #[test]
+    fn a_power_log_linked_out_of_its_run_folder_is_refused_not_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("shadow");
+        std::fs::write(&secret, "root:$6$secret-hash:19000:0:99999:7:::\n").unwrap();
+        let power = dir.path().join("power.txt");
+        std::os::unix::fs::symlink(&secret, &power).unwrap();
+        let copied = dir.path().join("node_0.txt");
+        let error = copy(&power, &copied).unwrap_err();
+        assert!(error.to_string().contains("symbolic link"), "{error}");
+        assert!(!copied.exists());
     }
 
     #[test]

@@ -109,10 +109,57 @@ pub enum BoundedReadError {
     },
 }
 
+/// Opens `path` for reading without following a link at its end, and only when it is a
+/// plain file: a run folder's `mllog.txt` linked to `/etc/shadow`, or a FIFO that would
+/// block the reader, is refused with an error that says so.
+pub fn open_plain_file(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} is a symbolic link, which tinyperf never follows",
+                        path.display()
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a plain file", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
+/// Whether `dir` is a folder itself, not a link to one elsewhere.
+pub fn is_plain_dir(dir: &Path) -> bool {
+    fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+}
+
 /// Reads `path` whole unless it is over `limit` bytes; a file that grows while it is
-/// read is still cut off at the limit.
+/// read is still cut off at the limit. A link at its end, or the folder it is in being a
+/// link, is refused ([`open_plain_file`]).
 pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError> {
-    let file = File::open(path).map_err(BoundedReadError::Io)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(BoundedReadError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is a symbolic link, which tinyperf never follows",
+                    dir.display()
+                ),
+            )));
+        }
+    }
+    let file = open_plain_file(path).map_err(BoundedReadError::Io)?;
     let size = file.metadata().map_err(BoundedReadError::Io)?.len();
     if size > limit {
         return Err(BoundedReadError::TooLarge { size });

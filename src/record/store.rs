@@ -131,6 +131,9 @@ pub enum ReadError {
     /// The file exists but could not be read or parsed; says why.
     #[error("{0}")]
     Unreadable(String),
+    /// The file is a link, or no plain file: never served; says which.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// How a store is kept.
@@ -420,6 +423,11 @@ impl Store {
             Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(ReadError::NotFound(id.to_string()))
             }
+            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidInput => {
+                return Err(ReadError::Refused(format!(
+                    "the record of run {id} is not served: {e}"
+                )))
+            }
             Err(BoundedReadError::Io(e)) => {
                 return Err(ReadError::Unreadable(format!("cannot read run {id}: {e}")))
             }
@@ -552,6 +560,12 @@ impl Store {
                     id: id.to_string(),
                     file: artifact.file_name().to_string(),
                 })
+            }
+            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidInput => {
+                Err(ReadError::Refused(format!(
+                    "{} of run {id} is not served: {e}",
+                    artifact.file_name()
+                )))
             }
             Err(BoundedReadError::Io(e)) => Err(ReadError::Unreadable(format!(
                 "cannot read {} of run {id}: {e}",

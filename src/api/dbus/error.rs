@@ -20,6 +20,8 @@ pub enum Agent1Error {
     TooLarge(String),
     /// Not enough free space in the state directory to start a run.
     NoSpace(String),
+    /// A file the agent never serves (a link in a run folder).
+    Refused(String),
     /// Something broke inside the agent.
     Internal(String),
 }
@@ -35,6 +37,7 @@ impl From<AgentError> for Agent1Error {
             AgentError::InvalidArgs(_) => Agent1Error::InvalidArgs(description),
             AgentError::TooLarge(_) => Agent1Error::TooLarge(description),
             AgentError::NoSpace(_) => Agent1Error::NoSpace(description),
+            AgentError::Refused(_) => Agent1Error::Refused(description),
             AgentError::Internal(_) => Agent1Error::Internal(description),
         }
     }

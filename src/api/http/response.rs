@@ -133,6 +133,7 @@ impl From<AgentError> for ApiError {
             AgentError::InvalidArgs(_) => StatusCode::BAD_REQUEST,
             AgentError::TooLarge(_) => StatusCode::INTERNAL_SERVER_ERROR,
             AgentError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
+            AgentError::Refused(_) => StatusCode::FORBIDDEN,
             AgentError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.code(), e.to_string())
