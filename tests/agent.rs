@@ -442,3 +442,22 @@ fn state_files_are_readable_by_the_group_and_writable_by_nobody_else() {
     let record = std::fs::metadata(run.join("run.json")).unwrap();
     assert_eq!(record.mode() & 0o777, 0o640);
 }
+
+/// A cancel is logged as a cancel: a worker that ends its cancelled run exits 1 by
+/// design, which is no fault and never a warning.
+#[test]
+fn a_cancel_is_logged_as_a_cancel_not_as_a_worker_that_exited_badly() {
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("");
+    let mut agent = Agent::start(&bus, &dirs);
+    let id = agent
+        .start_run(r#"{"suite": "acceptance", "options": {"gemm_seconds": 30, "gemm_size": 256}}"#);
+    agent.wait_stage("cpu-gemm");
+    let (code, reply) = agent.post_with_token(&format!("/api/v1/runs/{id}/cancel"), None);
+    assert_eq!(code, 202, "{reply}");
+    let record = agent.wait_run_ended(&id, Duration::from_secs(60), "the cancelled run");
+    assert_eq!(record["state"], "cancelled", "{record}");
+    let log = agent.stop();
+    assert!(log.contains("run cancelled"), "{log}");
+    assert!(!log.contains("exited badly"), "a cancel warned: {log}");
+}

@@ -53,7 +53,8 @@ pub enum WorkerMessage {
         run_id: String,
         /// How it ended, in words: `exit status N` or `killed by SIGNAL`.
         outcome: String,
-        /// Whether it exited with status 0.
-        success: bool,
+        /// Whether it ended by itself with one of a run's own exit statuses (0, 1, 3),
+        /// not by a signal or a crash.
+        own_status: bool,
     },
 }

@@ -122,8 +122,8 @@ impl Supervisor {
                 Command::Worker(WorkerMessage::Exited {
                     run_id,
                     outcome,
-                    success,
-                }) => self.on_exit(&run_id, outcome, success),
+                    own_status,
+                }) => self.on_exit(&run_id, outcome, own_status),
             }
         }
     }
@@ -353,7 +353,7 @@ impl Supervisor {
         self.overdue = Some(why);
     }
 
-    fn on_exit(&mut self, run_id: &str, outcome: String, success: bool) {
+    fn on_exit(&mut self, run_id: &str, outcome: String, own_status: bool) {
         let cancelled = matches!(self.state, SupervisorState::Cancelling { .. });
         let overdue = self.overdue.take();
         if let Err(e) = self.state.next(&Input::WorkerExited {
@@ -394,8 +394,16 @@ impl Supervisor {
                 )),
             );
         } else {
-            if !success {
+            // A failed or cancelled run exits 1 by design; only a worker that died after
+            // reporting (a signal, a crash on the way out) is worth a warning.
+            if !own_status {
                 warn!(run = %run_id, %outcome, "worker finished its run but exited badly");
+            } else if self
+                .record
+                .as_ref()
+                .is_some_and(|r| r.state == RunState::Cancelled)
+            {
+                info!(run = %run_id, "run cancelled");
             }
             self.close_run_as_reported();
         }

@@ -112,8 +112,8 @@ pub fn spawn(
                 warn!(run = %run_id, processes = left, "killed what the worker left running");
             }
         }
-        let (outcome, success) = match status {
-            Ok(s) => (describe(s), s.success()),
+        let (outcome, own_status) = match status {
+            Ok(s) => (describe(s), is_own_status(s)),
             Err(e) => (format!("cannot wait for the worker: {e}"), false),
         };
         debug!(run = %run_id, %outcome, "worker exited");
@@ -121,7 +121,7 @@ pub fn spawn(
             .send(Command::Worker(WorkerMessage::Exited {
                 run_id,
                 outcome,
-                success,
+                own_status,
             }))
             .await;
     });
@@ -179,6 +179,12 @@ fn signal(pid: Option<Pid>, sig: Signal) {
         // ESRCH just means the group is already gone.
         let _ = killpg(pid, sig);
     }
+}
+
+/// Whether the worker ended by itself with one of the statuses a run gives it (0 passed,
+/// 1 failed or cancelled, 3 could not run), rather than by a signal or a crash.
+fn is_own_status(status: ExitStatus) -> bool {
+    matches!(status.code(), Some(0 | 1 | 3))
 }
 
 fn describe(status: ExitStatus) -> String {
