@@ -461,3 +461,32 @@ fn a_cancel_is_logged_as_a_cancel_not_as_a_worker_that_exited_badly() {
     assert!(log.contains("run cancelled"), "{log}");
     assert!(!log.contains("exited badly"), "a cancel warned: {log}");
 }
+
+/// A run's state is final only when the agent can take the next one: a script that
+/// waits for a run to read as finished and starts the next at once (a factory line) is
+/// never told the agent is busy. Tried many times, as the window, if there were one,
+/// would be milliseconds wide.
+#[test]
+fn a_run_that_reads_as_finished_leaves_the_agent_free_for_the_next() {
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("");
+    let mut agent = Agent::start(&bus, &dirs);
+    let mut id = agent.start_run(r#"{"suite": "inventory"}"#);
+    for round in 0..25 {
+        wait_for(
+            Duration::from_secs(60),
+            "the run to read as finished",
+            || {
+                let record = agent.run_record(&id);
+                (record["state"] != "running" && record["state"].is_string()).then_some(())
+            },
+        );
+        let (code, reply) = agent.post_run(r#"{"suite": "inventory"}"#);
+        assert_eq!(
+            code, 202,
+            "round {round}: started at once after {id}: {reply}"
+        );
+        id = reply["id"].as_str().unwrap().to_string();
+    }
+    agent.stop();
+}
