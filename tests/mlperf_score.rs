@@ -471,3 +471,16 @@ fn impossible_times_and_numbers_are_never_scored() {
         }
     }
 }
+
+/// A result file larger than any ResNet log is refused, naming the bound, before it is
+/// read into memory.
+#[test]
+fn a_result_file_over_the_bound_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("result_0.txt");
+    let file = std::fs::File::create(&huge).unwrap();
+    file.set_len(257 << 20).unwrap();
+    let error = score_error(&[&huge]);
+    assert!(error.contains("256 MiB"), "{error}");
+    assert!(error.contains("result_0.txt"), "{error}");
+}

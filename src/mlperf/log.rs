@@ -15,6 +15,8 @@ pub const TOKEN: &str = ":::MLLOG ";
 /// The latest `time_ms` a line may hold: the year 5138, far past any run; beyond it (1e308,
 /// infinity) a time is a corrupt or hostile line, not a time.
 pub const MAX_TIME_MS: f64 = 1e14;
+/// The largest MLLOG or power log read; a larger file is refused, naming the bound.
+pub const MAX_LOG_BYTES: u64 = 256 << 20;
 
 /// One parsed line.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,7 +92,20 @@ impl MlLogText {
     /// Reads `path` as latin-1: every byte is one character, so no file is unreadable
     /// for its encoding.
     pub fn read(path: &Path) -> std::io::Result<MlLogText> {
-        let bytes = std::fs::read(path)?;
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)?
+            .take(MAX_LOG_BYTES + 1)
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_LOG_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "larger than {} MiB, the most an MLLOG or power log is read to (a ResNet run's is a few MiB)",
+                    MAX_LOG_BYTES >> 20
+                ),
+            ));
+        }
         Ok(MlLogText::parse(&latin1(&bytes)))
     }
 
