@@ -8,11 +8,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
-use nvml_wrapper::Nvml;
 use serde::Serialize;
 
+use super::nvml;
 use super::telemetry::hwmon;
-use super::{guard, normalise_pci_address};
 
 /// A GPU's power limit.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -111,84 +110,40 @@ fn amdgpu_ras(device_dir: &Path) -> Option<MemoryErrors> {
 }
 
 fn nvml_power_limits() -> BTreeMap<String, PowerLimit> {
-    guard::catch(|| {
-        let mut limits = BTreeMap::new();
-        let Ok(nvml) = Nvml::init() else {
-            return limits;
-        };
-        for index in 0..nvml.device_count().unwrap_or(0) {
-            let Ok(device) = nvml.device_by_index(index) else {
-                continue;
-            };
-            let address = device
-                .pci_info()
-                .ok()
-                .and_then(|pci| normalise_pci_address(&pci.bus_id));
-            let (Some(address), Ok(cap), Ok(default)) = (
-                address,
-                device.enforced_power_limit(),
-                device.power_management_limit_default(),
-            ) else {
-                continue;
-            };
-            limits.insert(
-                address,
-                PowerLimit {
-                    cap_w: f64::from(cap) / 1000.0,
-                    default_w: f64::from(default) / 1000.0,
-                },
-            );
-        }
-        limits
+    nvml::by_address(|device| {
+        let cap = device.enforced_power_limit().ok()?;
+        let default = device.power_management_limit_default().ok()?;
+        Some(PowerLimit {
+            cap_w: f64::from(cap) / 1000.0,
+            default_w: f64::from(default) / 1000.0,
+        })
     })
-    .unwrap_or_default()
 }
 
 fn nvml_memory_errors() -> BTreeMap<String, MemoryErrors> {
-    guard::catch(|| {
-        let mut all = BTreeMap::new();
-        let Ok(nvml) = Nvml::init() else {
-            return all;
+    nvml::by_address(|device| {
+        let ecc_enabled = device.is_ecc_enabled().ok().map(|m| m.currently_enabled);
+        let on = ecc_enabled == Some(true);
+        let total = |kind| {
+            on.then(|| device.total_ecc_errors(kind, EccCounter::Aggregate).ok())
+                .flatten()
         };
-        for index in 0..nvml.device_count().unwrap_or(0) {
-            let Ok(device) = nvml.device_by_index(index) else {
-                continue;
-            };
-            let Some(address) = device
-                .pci_info()
-                .ok()
-                .and_then(|pci| normalise_pci_address(&pci.bus_id))
-            else {
-                continue;
-            };
-            let ecc_enabled = device.is_ecc_enabled().ok().map(|m| m.currently_enabled);
-            let on = ecc_enabled == Some(true);
-            let total = |kind| {
-                on.then(|| device.total_ecc_errors(kind, EccCounter::Aggregate).ok())
-                    .flatten()
-            };
-            let retired = [
-                RetirementCause::MultipleSingleBitEccErrors,
-                RetirementCause::DoubleBitEccError,
-            ]
-            .into_iter()
-            .map(|cause| device.retired_pages(cause).ok().map(|p| p.len() as u64))
-            .try_fold(0, |sum, n| n.map(|n| sum + n));
-            all.insert(
-                address,
-                MemoryErrors {
-                    ecc_enabled,
-                    corrected: total(MemoryError::Corrected),
-                    uncorrected: total(MemoryError::Uncorrected),
-                    retired_pages: retired,
-                    pending_retirement: device.are_pages_pending_retired().ok(),
-                    source: "nvml",
-                },
-            );
-        }
-        all
+        let retired = [
+            RetirementCause::MultipleSingleBitEccErrors,
+            RetirementCause::DoubleBitEccError,
+        ]
+        .into_iter()
+        .map(|cause| device.retired_pages(cause).ok().map(|p| p.len() as u64))
+        .try_fold(0, |sum, n| n.map(|n| sum + n));
+        Some(MemoryErrors {
+            ecc_enabled,
+            corrected: total(MemoryError::Corrected),
+            uncorrected: total(MemoryError::Uncorrected),
+            retired_pages: retired,
+            pending_retirement: device.are_pages_pending_retired().ok(),
+            source: "nvml",
+        })
     })
-    .unwrap_or_default()
 }
 
 #[cfg(test)]

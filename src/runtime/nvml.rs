@@ -87,13 +87,15 @@ fn describe(call: &str, error: &NvmlError) -> String {
     }
 }
 
-/// Each NVIDIA GPU's PCIe replay counter (link-level retransmissions since the driver
-/// loaded), by PCI address in sysfs spelling; empty without NVML or a GPU.
-pub fn pcie_replay_counters() -> std::collections::BTreeMap<String, u64> {
+/// What `read` says of each NVIDIA GPU, by PCI address in sysfs spelling; GPUs it says
+/// nothing of are left out, and without NVML, a GPU or a call that panics, nothing is.
+pub(crate) fn by_address<T>(
+    read: impl Fn(&Device) -> Option<T>,
+) -> std::collections::BTreeMap<String, T> {
     guard::catch(|| {
-        let mut counters = std::collections::BTreeMap::new();
+        let mut found = std::collections::BTreeMap::new();
         let Ok(nvml) = Nvml::init() else {
-            return counters;
+            return found;
         };
         for index in 0..nvml.device_count().unwrap_or(0) {
             let Ok(device) = nvml.device_by_index(index) else {
@@ -103,11 +105,17 @@ pub fn pcie_replay_counters() -> std::collections::BTreeMap<String, u64> {
                 .pci_info()
                 .ok()
                 .and_then(|pci| normalise_pci_address(&pci.bus_id));
-            if let (Some(address), Ok(replays)) = (address, device.pcie_replay_counter()) {
-                counters.insert(address, u64::from(replays));
+            if let (Some(address), Some(value)) = (address, read(&device)) {
+                found.insert(address, value);
             }
         }
-        counters
+        found
     })
     .unwrap_or_default()
+}
+
+/// Each NVIDIA GPU's PCIe replay counter (link-level retransmissions since the driver
+/// loaded), by PCI address in sysfs spelling; empty without NVML or a GPU.
+pub fn pcie_replay_counters() -> std::collections::BTreeMap<String, u64> {
+    by_address(|device| device.pcie_replay_counter().ok().map(u64::from))
 }
