@@ -6,8 +6,7 @@ use std::path::Path;
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::inventory::previous_boot::{self, BootEnd, PreviousBoot};
-use crate::inventory::PciAddress;
+use crate::inventory::previous_boot::{BootEnd, PreviousBoot};
 use crate::record::RunRecord;
 use crate::suite::health::ramp_stage::RampProgress;
 
@@ -19,14 +18,15 @@ pub struct Interruption {
 }
 
 impl Interruption {
-    /// Reads the previous boot under `root`.
-    pub fn read(root: &Path, gpus: &[PciAddress]) -> Interruption {
+    /// What `previous` (the previous boot, as the inventory of `root` read it) says, and
+    /// when this boot began under `root`.
+    pub fn new(root: &Path, previous: PreviousBoot) -> Interruption {
         let booted_at = std::fs::read_to_string(root.join("proc/uptime"))
             .ok()
             .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
             .map(|up| Utc::now() - Duration::milliseconds((up * 1000.0) as i64));
         Interruption {
-            previous: previous_boot::read(root, gpus),
+            previous,
             booted_at,
         }
     }

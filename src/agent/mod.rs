@@ -61,11 +61,9 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
     for id in &opened.removed_empty {
         info!(run = %id, "removed the folder of a run that never started");
     }
-    let gpus: Vec<crate::inventory::PciAddress> = crate::inventory::gpu_link_states(&options.root)
-        .iter()
-        .map(|s| s.gpu)
-        .collect();
-    let interruption = interruption::Interruption::read(&options.root, &gpus);
+    // The inventory reads the previous boot, which also says why a run was interrupted.
+    let report = crate::inventory::take(&options.root, config.sku.as_deref(), true);
+    let interruption = interruption::Interruption::new(&options.root, report.previous_boot.clone());
     if let Some(line) = interruption.previous_boot().describe() {
         warn!(previous_boot = %line, "the previous boot did not end cleanly");
     }
@@ -79,7 +77,7 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
     let store = Arc::new(store);
     let writer = RecordWriter::start(store.clone(), DEFAULT_RETRY_INTERVAL)
         .context("cannot start the record writer")?;
-    let hardware = HardwareView::scan(&options.root, config.sku.as_deref());
+    let hardware = HardwareView::of(&report);
     info!(sku = %hardware.sku, runs = store.len(), "inventory taken");
     let status = StatusSnapshot {
         state: AgentState::Idle,

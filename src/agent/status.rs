@@ -84,10 +84,14 @@ impl HardwareView {
     /// Takes the inventory of the tree at `root` and judges the box, as `sku` or as
     /// the SKU it is recognised as.
     pub fn scan(root: &Path, sku: Option<&str>) -> HardwareView {
-        let report = crate::inventory::take(root, sku, true);
+        HardwareView::of(&crate::inventory::take(root, sku, true))
+    }
+
+    /// The view of an inventory already taken.
+    pub fn of(report: &crate::inventory::HardwareReport) -> HardwareView {
         HardwareView {
             sku: report.sku_name().to_string(),
-            json: serde_json::to_value(&report).unwrap_or_default(),
+            json: serde_json::to_value(report).unwrap_or_default(),
         }
     }
 }
