@@ -108,14 +108,7 @@ fn a_gpu_whose_log_shows_it_lost_fails_its_check_and_health_exits_1() {
         "{elsewhere:?}"
     );
     // The health result beside the record, in the shape its schema gives.
-    let run_dir = std::fs::read_dir(state.path().join("runs"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let result: Value =
-        serde_json::from_slice(&std::fs::read(run_dir.join("health.json")).unwrap()).unwrap();
+    let result = health_result(state.path());
     assert_conforms(&result, &schema(), &schema());
     assert_eq!(result["exit_status"], 1);
     let outcomes: Vec<(&str, &str)> = result["gpus"]

@@ -139,11 +139,6 @@ pub fn open_plain_file(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// Whether `dir` is a folder itself, not a link to one elsewhere.
-pub fn is_plain_dir(dir: &Path) -> bool {
-    fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
-}
-
 /// Reads `path` whole unless it is over `limit` bytes; a file that grows while it is
 /// read is still cut off at the limit. A link at its end, or the folder it is in being a
 /// link, is refused ([`open_plain_file`]).

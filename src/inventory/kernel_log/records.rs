@@ -20,17 +20,6 @@ pub struct Record {
     pub text: String,
 }
 
-impl Record {
-    /// When it was logged, in words: seconds after boot, else the wall time, else nothing.
-    pub fn when(&self) -> Option<String> {
-        match (&self.usec, &self.wall_time) {
-            (Some(usec), _) => Some(format!("{:.1} s after boot", *usec as f64 / 1e6)),
-            (None, Some(wall)) => Some(format!("at {wall}")),
-            (None, None) => None,
-        }
-    }
-}
-
 /// The records in `data` (a `/dev/kmsg` dump: `prio,seq,usec,flags[,…];text` followed by
 /// continuation lines ` KEY=value` that are not part of the text), in order; malformed
 /// lines and continuation lines are left out.
