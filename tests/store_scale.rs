@@ -204,3 +204,93 @@ fn a_record_under_another_runs_name_is_skipped() {
     let (_, metrics) = http_get(agent.http, "/metrics").unwrap();
     assert!(String::from_utf8_lossy(&metrics).contains("tinyperf_store_records_skipped 1"));
 }
+
+/// Reads one HTTP response's head off `stream`, leaving the body unread.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(stream.read(&mut byte).await.unwrap(), 1, "the head ends");
+        head.push(byte[0]);
+    }
+    String::from_utf8(head).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_a_large_mllog_cost_the_agent_a_piece_each_not_the_file() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const CLIENTS: usize = 40;
+    let bus = Bus::start();
+    let dirs = AgentDirs::new("");
+    let ids = seed_runs(&dirs.state_dir(), &green_record(), 1);
+    let line = ":::MLLOG {\"namespace\": \"\", \"time_ms\": 1700000000000, \"event_type\": \"POINT_IN_TIME\", \"key\": \"train_samples\", \"value\": 1281167, \"metadata\": {}}\n";
+    let mut mllog = line.repeat(60 * 1024 * 1024 / line.len());
+    mllog.push_str("the last line\n");
+    let mllog_path = dirs
+        .state_dir()
+        .join("runs")
+        .join(&ids[0])
+        .join("mllog.txt");
+    std::fs::write(&mllog_path, &mllog).unwrap();
+    let agent = Agent::start(&bus, &dirs);
+    let rss_idle = rss_bytes(agent.child.id());
+    let request = format!(
+        "GET /api/v1/runs/{}/mllog HTTP/1.1\r\nhost: test\r\n\r\n",
+        ids[0]
+    );
+
+    let mut held = Vec::new();
+    for _ in 0..CLIENTS {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(agent.http).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let head = read_head(&mut stream).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains(&format!("content-length: {}", mllog.len())),
+            "{head}"
+        );
+        held.push(stream);
+    }
+    // Time for the agent to read ahead as far as it ever would.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rss_held = rss_bytes(agent.child.id());
+
+    // One client that does read gets the file whole, byte for byte, meanwhile.
+    let mut reader = tokio::net::TcpStream::connect(agent.http).await.unwrap();
+    reader
+        .write_all(
+            request
+                .replace("\r\n\r\n", "\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    read_head(&mut reader).await;
+    let mut body = Vec::new();
+    reader.read_to_end(&mut body).await.unwrap();
+    assert_eq!(body.len(), mllog.len());
+    assert!(
+        body == mllog.as_bytes(),
+        "the served file differs from the stored one"
+    );
+
+    eprintln!(
+        "agent RSS: {} MiB idle, {} MiB with {CLIENTS} clients holding a {} MiB MLLOG unread",
+        rss_idle >> 20,
+        rss_held >> 20,
+        mllog.len() >> 20
+    );
+    // Read whole, the file cost its size per client (2.4 GB here); in pieces, a
+    // piece per client.
+    assert!(
+        rss_held < rss_idle + 48 * 1024 * 1024,
+        "agent RSS {} MiB idle, {} MiB with {CLIENTS} clients not reading",
+        rss_idle >> 20,
+        rss_held >> 20
+    );
+    drop(held);
+}

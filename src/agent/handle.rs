@@ -180,6 +180,17 @@ impl AgentHandle {
         Ok(blocking(move || store.read_artifact(&id, artifact)).await??)
     }
 
+    /// One of a run's files opened for serving in pieces, with its length when opened.
+    pub async fn open_run_artifact(
+        &self,
+        run_id: &str,
+        artifact: Artifact,
+    ) -> Result<(std::fs::File, u64), AgentError> {
+        let store = self.shared.store.clone();
+        let id = run_id.to_string();
+        Ok(blocking(move || store.open_artifact(&id, artifact)).await??)
+    }
+
     /// Waits (up to `limit`) for every record handed to the writer to be tried.
     pub async fn flush_records(&self, limit: std::time::Duration) -> bool {
         let writer = self.shared.writer.clone();

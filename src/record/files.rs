@@ -139,22 +139,28 @@ pub fn open_plain_file(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
-/// Reads `path` whole unless it is over `limit` bytes; a file that grows while it is
-/// read is still cut off at the limit. A link at its end, or the folder it is in being a
-/// link, is refused ([`open_plain_file`]).
-pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError> {
+/// Opens `path` as [`open_plain_file`] does, refusing it also when the folder it is in
+/// is a link: a run folder linked elsewhere serves nothing from there.
+pub fn open_in_plain_folder(path: &Path) -> io::Result<File> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(BoundedReadError::Io(io::Error::new(
+            return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "{} is a symbolic link, which tinyperf never follows",
                     dir.display()
                 ),
-            )));
+            ));
         }
     }
-    let file = open_plain_file(path).map_err(BoundedReadError::Io)?;
+    open_plain_file(path)
+}
+
+/// Reads `path` whole unless it is over `limit` bytes; a file that grows while it is
+/// read is still cut off at the limit. A link at its end, or the folder it is in being a
+/// link, is refused ([`open_in_plain_folder`]).
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, BoundedReadError> {
+    let file = open_in_plain_folder(path).map_err(BoundedReadError::Io)?;
     let size = file.metadata().map_err(BoundedReadError::Io)?.len();
     if size > limit {
         return Err(BoundedReadError::TooLarge { size });

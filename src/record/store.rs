@@ -20,7 +20,7 @@ use serde::Deserialize;
 use tracing::{info, warn};
 
 use super::brief::{BriefParts, RunBrief, StageParts};
-use super::files::{read_bounded, BoundedReadError, Modes};
+use super::files::{open_in_plain_folder, read_bounded, BoundedReadError, Modes};
 use super::index::RunIndex;
 pub use super::index::SkippedRecord;
 use super::run::{Metric, RunRecord, RunState, Summary, Trigger, Verdict};
@@ -31,8 +31,10 @@ pub const DEFAULT_RETENTION: usize = 200;
 /// The largest record read whole: far above any real run (a tinybox green acceptance
 /// run is about 54 KB), far below what would hurt the agent's memory.
 pub const DEFAULT_MAX_RECORD_BYTES: u64 = 8 * 1024 * 1024;
-/// The largest artifact (MLLOG, telemetry CSV, worker log) served whole.
-pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 64 * 1024 * 1024;
+/// The largest artifact (MLLOG, telemetry CSV, training figures) read whole, to draw a
+/// run's page: a three-hour run's telemetry is a few MB. Served files go out in pieces
+/// whatever their size.
+pub const DEFAULT_MAX_ARTIFACT_BYTES: u64 = 16 * 1024 * 1024;
 const MAX_RUN_ID_LEN: usize = 64;
 
 /// A run's files besides its record.
@@ -143,7 +145,7 @@ pub struct StoreOptions {
     pub retention: usize,
     /// The largest `run.json` read whole, in bytes.
     pub max_record_bytes: u64,
-    /// The largest artifact served whole, in bytes.
+    /// The largest artifact read whole, in bytes.
     pub max_artifact_bytes: u64,
 }
 
@@ -546,38 +548,59 @@ impl Store {
 
     /// One of a run's files, refusing one over the artifact size limit.
     pub fn read_artifact(&self, id: &str, artifact: Artifact) -> Result<Vec<u8>, ReadError> {
+        self.check_artifact_run(id)?;
+        let limit = self.options.max_artifact_bytes;
+        read_bounded(&self.artifact_path(id, artifact), limit).map_err(|e| match e {
+            BoundedReadError::Io(e) => artifact_error(id, artifact, e),
+            BoundedReadError::TooLarge { size } => ReadError::TooLarge {
+                id: id.to_string(),
+                what: artifact.file_name().to_string(),
+                size,
+                limit,
+            },
+        })
+    }
+
+    /// One of a run's files opened for reading, whatever its size, with its length
+    /// when opened: what is served in pieces rather than read whole.
+    pub fn open_artifact(&self, id: &str, artifact: Artifact) -> Result<(File, u64), ReadError> {
+        self.check_artifact_run(id)?;
+        let file = open_in_plain_folder(&self.artifact_path(id, artifact))
+            .map_err(|e| artifact_error(id, artifact, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| artifact_error(id, artifact, e))?
+            .len();
+        Ok((file, len))
+    }
+
+    fn check_artifact_run(&self, id: &str) -> Result<(), ReadError> {
         if !is_valid_run_id(id) {
             return Err(ReadError::InvalidId(id.to_string()));
         }
         if self.index().get(id).is_none() {
             return Err(ReadError::NotFound(id.to_string()));
         }
-        let limit = self.options.max_artifact_bytes;
-        match read_bounded(&self.runs_dir.join(id).join(artifact.file_name()), limit) {
-            Ok(b) => Ok(b),
-            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
-                Err(ReadError::MissingFile {
-                    id: id.to_string(),
-                    file: artifact.file_name().to_string(),
-                })
-            }
-            Err(BoundedReadError::Io(e)) if e.kind() == io::ErrorKind::InvalidInput => {
-                Err(ReadError::Refused(format!(
-                    "{} of run {id} is not served: {e}",
-                    artifact.file_name()
-                )))
-            }
-            Err(BoundedReadError::Io(e)) => Err(ReadError::Unreadable(format!(
-                "cannot read {} of run {id}: {e}",
-                artifact.file_name()
-            ))),
-            Err(BoundedReadError::TooLarge { size }) => Err(ReadError::TooLarge {
-                id: id.to_string(),
-                what: artifact.file_name().to_string(),
-                size,
-                limit,
-            }),
+        Ok(())
+    }
+
+    fn artifact_path(&self, id: &str, artifact: Artifact) -> PathBuf {
+        self.runs_dir.join(id).join(artifact.file_name())
+    }
+}
+
+/// What went wrong opening or reading one of a run's files, as the store says it.
+fn artifact_error(id: &str, artifact: Artifact, e: io::Error) -> ReadError {
+    let file = artifact.file_name();
+    match e.kind() {
+        io::ErrorKind::NotFound => ReadError::MissingFile {
+            id: id.to_string(),
+            file: file.to_string(),
+        },
+        io::ErrorKind::InvalidInput => {
+            ReadError::Refused(format!("{file} of run {id} is not served: {e}"))
         }
+        _ => ReadError::Unreadable(format!("cannot read {file} of run {id}: {e}")),
     }
 }
 

@@ -104,17 +104,13 @@ impl App {
                 let record = self.load_run(id).await?;
                 Ok(response::json(StatusCode::OK, &*record))
             }
-            Endpoint::RunMllog(id) => {
-                let bytes = self.artifact(id, Artifact::Mllog).await?;
-                Ok(response::bytes(StatusCode::OK, response::TEXT, bytes))
-            }
+            Endpoint::RunMllog(id) => self.artifact(id, Artifact::Mllog, response::TEXT).await,
             Endpoint::RunTelemetry(id) => {
-                let bytes = self.artifact(id, Artifact::Telemetry).await?;
-                Ok(response::bytes(StatusCode::OK, response::CSV, bytes))
+                self.artifact(id, Artifact::Telemetry, response::CSV).await
             }
             Endpoint::RunTrain(id) => {
-                let bytes = self.artifact(id, Artifact::TrainFigures).await?;
-                Ok(response::bytes(StatusCode::OK, response::NDJSON, bytes))
+                self.artifact(id, Artifact::TrainFigures, response::NDJSON)
+                    .await
             }
             Endpoint::RunCancel(id) => self.cancel_run(request, id).await,
             Endpoint::Events => self.events(request.extensions().get::<super::Peer>().map(|p| p.0)),
@@ -172,8 +168,14 @@ impl App {
         Ok(self.handle.get_run(&id).await?)
     }
 
-    async fn artifact(&self, id: String, artifact: Artifact) -> Result<Vec<u8>, ApiError> {
-        Ok(self.handle.run_artifact(&id, artifact).await?)
+    async fn artifact(
+        &self,
+        id: String,
+        artifact: Artifact,
+        content_type: &'static str,
+    ) -> Result<Response<Body>, ApiError> {
+        let (file, len) = self.handle.open_run_artifact(&id, artifact).await?;
+        Ok(super::file_body::response(file, len, content_type))
     }
 
     fn events(&self, peer: Option<std::net::IpAddr>) -> Result<Response<Body>, ApiError> {
@@ -316,6 +318,15 @@ impl App {
             .first()
             .map(|r| r.id.clone())
             .unwrap_or_default();
+        if let Some(page) = self.pages.run_page(&id, &newest) {
+            return Ok(page_response(page));
+        }
+        let _drawing = self
+            .pages
+            .drawing
+            .acquire()
+            .await
+            .map_err(|_| ApiError::internal("the page drawer is closed"))?;
         if let Some(page) = self.pages.run_page(&id, &newest) {
             return Ok(page_response(page));
         }

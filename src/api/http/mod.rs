@@ -13,6 +13,7 @@ mod auth;
 mod body;
 mod conn;
 mod endpoints;
+mod file_body;
 mod metrics;
 mod page;
 mod response;

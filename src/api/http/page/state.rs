@@ -28,6 +28,9 @@ pub struct PageState {
     /// (run id, newest run id when rendered, page): a page is stale once a newer run
     /// changes the box's figures beside it.
     run_pages: Mutex<VecDeque<(String, String, Bytes)>>,
+    /// Run pages are drawn one at a time: each reads its run's files whole, so many
+    /// clients asking at once for pages not yet kept cost one drawing's memory.
+    pub drawing: tokio::sync::Semaphore,
 }
 
 impl PageState {
@@ -38,6 +41,7 @@ impl PageState {
             health: Mutex::new(None),
             history: Mutex::new(None),
             run_pages: Mutex::new(VecDeque::new()),
+            drawing: tokio::sync::Semaphore::new(1),
         }
     }
 
