@@ -11,8 +11,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Semaphore;
 
 use super::admission::{Admission, Refusal};
-use super::auth::authorize;
+use super::auth::TokenGuard;
 use super::body::{parse_json, read_json_bytes, read_limited};
+use super::log_limit::LineLimit;
 use super::page::{HealthVerdicts, PageState};
 use super::response::{self, ApiError, Body};
 use super::router::Endpoint;
@@ -38,7 +39,9 @@ const PAGE_TREND_RUNS: usize = 200;
 /// Everything a request needs, shared by all connections.
 pub struct App {
     pub handle: AgentHandle,
-    pub token: Option<String>,
+    pub tokens: TokenGuard,
+    /// Server errors a client can cause again and again, logged once per interval.
+    pub error_lines: LineLimit,
     pub limits: Limits,
     pub event_streams: Arc<Semaphore>,
     /// Each client address's share of them.
@@ -70,7 +73,15 @@ impl App {
                 // Refusals for load are counted and summed up by the admission log.
                 if error.status.is_server_error() && error.status != StatusCode::SERVICE_UNAVAILABLE
                 {
-                    tracing::error!(status = %error.status, message = %error.message, "HTTP request failed");
+                    let kind = format!("{} {}", error.status.as_u16(), error.code);
+                    if let Some(held) = self.error_lines.due(&kind) {
+                        tracing::error!(
+                            status = %error.status,
+                            message = %error.message,
+                            like_it_since_last_line = held,
+                            "HTTP request failed (at most one line of its kind per interval)"
+                        );
+                    }
                 } else {
                     tracing::debug!(status = %error.status, message = %error.message, "HTTP request refused");
                 }
@@ -113,7 +124,7 @@ impl App {
                     .await
             }
             Endpoint::RunCancel(id) => self.cancel_run(request, id).await,
-            Endpoint::Events => self.events(request.extensions().get::<super::Peer>().map(|p| p.0)),
+            Endpoint::Events => self.events(peer_of(&request)),
             Endpoint::OpenApi => Ok(response::bytes(
                 StatusCode::OK,
                 response::JSON,
@@ -125,7 +136,7 @@ impl App {
     }
 
     async fn start_run(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
-        authorize(request.headers(), self.token.as_deref())?;
+        self.tokens.check(request.headers(), peer_of(&request))?;
         let bytes = read_json_bytes(request, self.limits.max_body_bytes).await?;
         let start: StartRequest = parse_json(&bytes)?;
         let id = self
@@ -145,7 +156,7 @@ impl App {
         request: Request<Incoming>,
         id: String,
     ) -> Result<Response<Body>, ApiError> {
-        authorize(request.headers(), self.token.as_deref())?;
+        self.tokens.check(request.headers(), peer_of(&request))?;
         // The body carries nothing, but an oversized one is still refused.
         read_limited(request, self.limits.max_body_bytes).await?;
         self.handle.cancel(&id).await?;
@@ -178,8 +189,7 @@ impl App {
         Ok(super::file_body::response(file, len, content_type))
     }
 
-    fn events(&self, peer: Option<std::net::IpAddr>) -> Result<Response<Body>, ApiError> {
-        let peer = peer.unwrap_or(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED));
+    fn events(&self, peer: std::net::IpAddr) -> Result<Response<Body>, ApiError> {
         let share = self.stream_shares.take(peer).ok_or_else(|| {
             self.admission.log().refused(Refusal::EventStreams);
             ApiError::new(
@@ -236,6 +246,7 @@ impl App {
                 live_sample: live_sample.as_ref(),
                 process: process.as_ref(),
                 runs_stored,
+                tokens: self.tokens.figures(),
             })
         });
         Ok(response::bytes(StatusCode::OK, response::PROMETHEUS, text))
@@ -362,6 +373,15 @@ impl App {
         }
         Ok(page_response(page))
     }
+}
+
+/// The client's address, as the server noted it on accepting the connection.
+fn peer_of<B>(request: &Request<B>) -> std::net::IpAddr {
+    request
+        .extensions()
+        .get::<super::Peer>()
+        .map(|p| p.0)
+        .unwrap_or(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED))
 }
 
 fn page_response(html: bytes::Bytes) -> Response<Body> {

@@ -14,6 +14,7 @@ mod body;
 mod conn;
 mod endpoints;
 mod file_body;
+mod log_limit;
 mod metrics;
 mod page;
 mod response;
@@ -188,7 +189,8 @@ pub async fn serve_priced(
         .clamp(Duration::from_millis(20), MAX_CHECK_PERIOD);
     let app = Arc::new(App {
         handle,
-        token,
+        tokens: auth::TokenGuard::new(token),
+        error_lines: log_limit::LineLimit::default(),
         event_streams: Arc::new(Semaphore::new(limits.max_event_streams.max(1))),
         stream_shares: stream_shares::StreamShares::new(limits.max_event_streams_per_peer),
         admission: admission.clone(),

@@ -40,6 +40,8 @@ pub struct Snapshot<'a> {
     pub process: Option<&'a process::ProcessFigures>,
     /// Runs in the store's index.
     pub runs_stored: usize,
+    /// Wrong write tokens seen and the writes refused for them.
+    pub tokens: super::auth::TokenFigures,
 }
 
 pub fn render(s: &Snapshot<'_>) -> String {
@@ -56,7 +58,23 @@ pub fn render(s: &Snapshot<'_>) -> String {
     if let Some(figures) = s.process {
         process::render(&mut out, figures);
     }
+    tokens(&mut out, &s.tokens);
     out.into_text()
+}
+
+fn tokens(out: &mut Exposition, figures: &super::auth::TokenFigures) {
+    out.single(
+        "tinyperf_http_bad_tokens_total",
+        Kind::Counter,
+        "Writes over HTTP that presented a wrong or malformed bearer token.",
+        figures.bad_tokens as f64,
+    );
+    out.single(
+        "tinyperf_http_token_refusals_total",
+        Kind::Counter,
+        "Writes over HTTP answered 429 because their address presented too many wrong tokens.",
+        figures.refused as f64,
+    );
 }
 
 fn agent(out: &mut Exposition, s: &Snapshot<'_>) {
@@ -259,6 +277,10 @@ mod tests {
             live_sample: Some(&sample),
             process: figures.as_ref(),
             runs_stored: 4,
+            tokens: crate::api::http::auth::TokenFigures {
+                bad_tokens: 12,
+                refused: 3,
+            },
         });
         // Smoke finished after acceptance; acceptance's checks about single GPUs stay.
         let suite_runs = [Arc::new(acceptance), Arc::new(smoke)];
@@ -274,11 +296,14 @@ mod tests {
                 live_sample: None,
                 process: None,
                 runs_stored: 4,
+                tokens: Default::default(),
             }
         });
         for line in [
             "tinyperf_box_info{sku=\"tinybox-\\\"green\\\"\",version=\"0.1.0\",hostname=\"tb-g-0001\"} 1",
             "tinyperf_agent_running 1",
+            "tinyperf_http_bad_tokens_total 12",
+            "tinyperf_http_token_refusals_total 3",
             "tinyperf_agent_progress_ratio 0.25",
             "tinyperf_agent_runs_started_total 3",
             "tinyperf_agent_runs_finished_total{state=\"failed\"} 2",
