@@ -513,3 +513,35 @@ async fn odd_arguments_get_the_right_errors_with_bounded_echoes() {
     );
     assert_eq!(proxy.state().await.unwrap(), "idle");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_taken_by_large_calls_is_given_back() {
+    const ROUNDS: usize = 8;
+    let (running, _conn, proxy) = agent_and_proxy().await;
+    let pid = running.agent.child.id();
+    let before = common::rss_bytes(pid);
+    let mut after_each = Vec::new();
+    for round in 0..ROUNDS {
+        // A fresh string each round, as a caller sending new data would.
+        let large = char::from(b'a' + round as u8).to_string().repeat(20 << 20);
+        let mut options = no_options();
+        options.insert("dataset".into(), Variant::from(large.as_str()));
+        assert!(proxy.start("acceptance", &options).await.is_err());
+        assert!(proxy.get_run(&large).await.is_err());
+        drop(options);
+        drop(large);
+        // The agent answers small calls between the large ones.
+        proxy.get_status().await.unwrap();
+        after_each.push(common::rss_bytes(pid) >> 20);
+    }
+    eprintln!(
+        "agent RSS {} MiB before, after each round of 20 MiB calls: {after_each:?} MiB",
+        before >> 20
+    );
+    let last = *after_each.last().unwrap();
+    assert!(
+        last < (before >> 20) + 48,
+        "RSS {} MiB before, {after_each:?} MiB after each round",
+        before >> 20
+    );
+}

@@ -20,6 +20,7 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
     // What the agent and its workers create is theirs and their group's to read,
     // nobody else's, whatever umask the agent was started with.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o027));
+    super::large_buffers::give_back_when_freed();
     // Opening the store reads every record once: file work, kept off the async threads.
     let handle = tokio::task::spawn_blocking(move || start_core(&options))
         .await

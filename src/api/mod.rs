@@ -4,4 +4,5 @@
 pub mod daemon;
 pub mod dbus;
 pub mod http;
+mod large_buffers;
 pub mod token_file;
