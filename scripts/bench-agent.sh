@@ -13,8 +13,13 @@
 # Usage: scripts/bench-agent.sh [path/to/new/tinyperf] [path/to/base/tinyperf]
 # Without a base binary, the base commit (BASE, default cf9fb8d) is checked out as a git
 # worktree under target/bench/ and built in release into target/bench/base-target.
+# Last, the history phase: the new build's /metrics and / on stored histories of each size in
+# SCALE_RUNS, with the cost at the largest beside the cost at the smallest (goal: /metrics at
+# 10,000 runs within 1.2x of its cost at 100).
 # Environment: RUNS (1000), CONNECTIONS (50), DURATION (10s), RSS_DURATION (60s), ROUNDS (2),
-# BASE (cf9fb8d), MEMORY_LIMIT_MB (8192: the address space each agent may take).
+# BASE (cf9fb8d), MEMORY_LIMIT_MB (8192: the address space each agent may take),
+# SCALE_RUNS ("100 10000"), SCALE_WITH_BASE (0; 1: the base too, in the history phase),
+# SCALE_ONLY (0; 1: the history phase alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 new_bin=${1:-target/release/tinyperf}
@@ -29,6 +34,9 @@ base_rev=${BASE:-cf9fb8d}
 # this script cannot know).
 if [ -n "$base_bin" ]; then base_label="given binary"; else base_label=$base_rev; fi
 memory_limit_mb=${MEMORY_LIMIT_MB:-8192}
+scale_runs=${SCALE_RUNS:-100 10000}
+scale_with_base=${SCALE_WITH_BASE:-0}
+scale_only=${SCALE_ONLY:-0}
 
 for tool in wrk dbus-daemon busctl python3 git curl; do
   if ! command -v "$tool" >/dev/null; then
@@ -72,7 +80,9 @@ trap cleanup EXIT
 "$new_bin" run inventory --events jsonl --root tests/fixtures/tinybox-green \
   --state-dir "$work/template" >/dev/null 2>&1 || true
 template=$(ls "$work"/template/runs/*/run.json | head -1)
-python3 - "$template" "$work/history" "$runs" <<'EOF'
+# make_history DIR COUNT: COUNT copies of the template record under their own ids and times.
+make_history() {
+  python3 - "$template" "$1" "$2" <<'EOF'
 import datetime, json, os, sys
 template, out, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 record = json.load(open(template))
@@ -87,6 +97,8 @@ for i in range(count):
     with open(f"{out}/runs/{rid}/run.json", "w") as f:
         json.dump(record, f, indent=2)
 EOF
+}
+make_history "$work/history" "$runs"
 newest_run=$(ls "$work/history/runs" | sort | tail -1)
 size=$(du -sh "$work/history/runs" | cut -f1)
 echo "bench-agent: $runs records of $(stat -c %s "$template") bytes each ($size), $(nproc) CPUs," \
@@ -103,12 +115,12 @@ command = ["sleep", "3600"]'
 start_agent() {
   local name=$1 bin=$2 root=${3:-/} dir=$work/$1
   mkdir -p "$dir"
-  cp -a "$work/history" "$dir/state"
+  cp -a "${history:-$work/history}" "$dir/state"
   od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$dir/token"
   chmod 600 "$dir/token"
   token=$(cat "$dir/token")
   printf 'listen = "127.0.0.1:0"\ntoken_file = "%s"\nstate_dir = "%s"\nretention = %d\n%s\n' \
-    "$dir/token" "$dir/state" $((runs * 2)) "$live_benchmark" >"$dir/tinyperf.toml"
+    "$dir/token" "$dir/state" $((${history_runs:-$runs} * 2)) "$live_benchmark" >"$dir/tinyperf.toml"
   local bus_pid
   { read -r bus; read -r bus_pid; } < <(dbus-daemon --session --fork --nosyslog --print-address=1 --print-pid=1)
   pids+=("$bus_pid")
@@ -260,14 +272,43 @@ measure_live() {
 }
 
 : >"$work/results"
-for round in $(seq "$rounds"); do
-  echo "bench-agent: round $round: base" >&2
-  measure base "$base_bin" "$round"
-  echo "bench-agent: round $round: new" >&2
-  measure new "$new_bin" "$round"
+if [ "$scale_only" != 1 ]; then
+  for round in $(seq "$rounds"); do
+    echo "bench-agent: round $round: base" >&2
+    measure base "$base_bin" "$round"
+    echo "bench-agent: round $round: new" >&2
+    measure new "$new_bin" "$round"
+  done
+fi
+
+# The history phase: /metrics and / on histories of each size in $SCALE_RUNS, so a cost that
+# grows with the number of stored runs shows as a ratio between the smallest and the largest.
+: >"$work/scale"
+scale_builds="new"
+[ "$scale_with_base" = 1 ] && scale_builds="base new"
+for count in $scale_runs; do
+  echo "bench-agent: history of $count runs" >&2
+  history=$work/history-$count
+  history_runs=$count
+  make_history "$history" "$count"
+  for build in $scale_builds; do
+    if [ "$build" = base ]; then bin=$base_bin; else bin=$new_bin; fi
+    for round in $(seq "$rounds"); do
+      start_agent "$build-scale-$count-$round" "$bin"
+      for path in /metrics /; do
+        read -r rps p50 p99 errs < <(wrk_stats "http://$addr$path" "$duration")
+        echo "$count $build $path $round $rps $p50 $p99 $errs" >>"$work/scale"
+      done
+      echo "$count $build rss $round $(rss_mib "$pid")" >>"$work/scale"
+      kill "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    done
+  done
+  rm -rf "$history"
+  unset history history_runs
 done
 
-python3 - "$work/results" "$runs" "$connections" "$rss_duration" <<'EOF'
+[ "$scale_only" = 1 ] || python3 - "$work/results" "$runs" "$connections" "$rss_duration" <<'EOF'
 import collections, sys
 path, runs, clients, rss_duration = sys.argv[1:5]
 rows = collections.defaultdict(dict)
@@ -305,4 +346,36 @@ for (rnd, what), by in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1].s
     cells = lambda v: (f"{'404':>10} {'absent':>9} {'':>9} {'':>5}" if v and v[0] == "absent" else
                        f"{v[0]:>10} {v[1]:>9} {v[2]:>9} {v[3]:>5}" if v else f"{'-':>10} {'-':>9} {'-':>9} {'-':>5}")
     print(f"{rnd:>5}  {what:<22} {cells(b)}   {cells(n)}   {verdict}")
+EOF
+
+python3 - "$work/scale" "$connections" <<'EOF'
+import collections, statistics, sys
+path, clients = sys.argv[1:3]
+figures = collections.defaultdict(list)
+rss = collections.defaultdict(list)
+for line in open(path):
+    f = line.split()
+    if f[2] == "rss":
+        rss[(f[1], int(f[0]))].append(f[4])
+    else:
+        figures[(f[1], f[2], int(f[0]))].append([float(v) for v in f[4:8]])
+if not figures:
+    sys.exit(0)
+print(f"\nhistory phase: {clients} clients; median over rounds; latency in ms")
+print(f"{'build':<6} {'path':<9} {'runs':>6} {'req/s':>10} {'p50':>8} {'p99':>8} {'err':>5} {'RSS MiB':>8}   cost vs smallest")
+for build in ("base", "new"):
+    for what in ("/metrics", "/"):
+        sizes = sorted(n for (b, w, n) in figures if b == build and w == what)
+        if not sizes:
+            continue
+        med = lambda n, i: statistics.median(r[i] for r in figures[(build, what, n)])
+        for n in sizes:
+            ratio = med(sizes[0], 0) / med(n, 0) if med(n, 0) else float("inf")
+            verdict = ""
+            if what == "/metrics" and n != sizes[0]:
+                verdict = f"{ratio:.2f}x" + (" (goal <= 1.2x: met)" if ratio <= 1.2 else " (goal <= 1.2x: missed)")
+            elif n != sizes[0]:
+                verdict = f"{ratio:.2f}x"
+            print(f"{build:<6} {what:<9} {n:>6} {med(n, 0):>10.1f} {med(n, 1):>8.2f} {med(n, 2):>8.2f} "
+                  f"{int(med(n, 3)):>5} {'/'.join(rss[(build, n)]):>8}   {verdict}")
 EOF

@@ -145,7 +145,7 @@ impl AgentHandle {
     }
 
     /// The newest finished result of each suite and each stage, from the store's index.
-    pub fn latest_results(&self) -> crate::record::LatestResults {
+    pub fn latest_results(&self) -> Arc<crate::record::LatestResults> {
         self.shared.store.latest_results()
     }
 

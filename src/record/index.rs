@@ -3,11 +3,12 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use chrono::{DateTime, Utc};
 
 use super::brief::RunBrief;
+use super::latest::LatestResults;
 use super::run::RunRecord;
 
 /// Newest first: by start time, then by id.
@@ -34,16 +35,27 @@ pub struct RunIndex {
     /// `/metrics` reports: a smoke run must not hide the last health run's.
     suite_latest: BTreeMap<String, Arc<RunRecord>>,
     skipped: Vec<SkippedRecord>,
+    /// The newest result of every suite and stage, made from the briefs once after they
+    /// change: a scrape costs the same at 10,000 runs as at 10.
+    latest: OnceLock<Arc<LatestResults>>,
 }
 
 impl RunIndex {
     /// Adds a run, or replaces its brief.
     pub fn put(&mut self, brief: RunBrief) {
         let order = order_of(&brief);
+        let mut changes_results = brief.state.is_final();
         if let Some(old) = self.order_of_id.insert(brief.id.clone(), order.clone()) {
-            self.by_order.remove(&old);
+            changes_results |= self
+                .by_order
+                .remove(&old)
+                .is_some_and(|b| b.state.is_final());
         }
         self.by_order.insert(order, brief);
+        // A run in progress, which updates its brief often, is no result yet.
+        if changes_results {
+            self.latest.take();
+        }
     }
 
     /// Adds or replaces a run from its whole record, which is kept when it is the
@@ -58,9 +70,22 @@ impl RunIndex {
 
     pub fn remove(&mut self, id: &str) {
         if let Some(order) = self.order_of_id.remove(id) {
-            self.by_order.remove(&order);
+            if self
+                .by_order
+                .remove(&order)
+                .is_some_and(|b| b.state.is_final())
+            {
+                self.latest.take();
+            }
         }
         self.suite_latest.retain(|_, r| r.id != id);
+    }
+
+    /// The newest finished result of every suite and stage.
+    pub fn latest_results(&self) -> Arc<LatestResults> {
+        self.latest
+            .get_or_init(|| Arc::new(LatestResults::collect(self.newest())))
+            .clone()
     }
 
     pub fn get(&self, id: &str) -> Option<&RunBrief> {
@@ -135,4 +160,45 @@ fn is_newer(record: &RunRecord, current: Option<&Arc<RunRecord>>) -> bool {
     current.is_none_or(|last| {
         last.id == record.id || (record.started_at, &record.id) >= (last.started_at, &last.id)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{RunState, Trigger};
+
+    fn brief(id: &str, minute: i64, state: RunState) -> RunBrief {
+        let mut r = RunRecord::new(id.into(), "health".into(), Trigger::Cli, Default::default());
+        r.started_at = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+            + chrono::Duration::minutes(minute);
+        if state.is_final() {
+            r.finish(state, None);
+        }
+        RunBrief::from(&r)
+    }
+
+    fn newest_state(index: &RunIndex) -> Option<RunState> {
+        index.latest_results().suites.first().map(|s| s.state)
+    }
+
+    #[test]
+    fn latest_results_follow_finished_runs_and_ignore_runs_in_progress() {
+        let mut index = RunIndex::default();
+        index.put(brief("a", 1, RunState::Passed));
+        assert_eq!(newest_state(&index), Some(RunState::Passed));
+        let before = index.latest_results();
+
+        index.put(brief("b", 2, RunState::Running));
+        assert!(Arc::ptr_eq(&before, &index.latest_results()));
+
+        index.put(brief("b", 2, RunState::Failed));
+        assert_eq!(newest_state(&index), Some(RunState::Failed));
+
+        index.remove("b");
+        assert_eq!(newest_state(&index), Some(RunState::Passed));
+        index.remove("a");
+        assert_eq!(newest_state(&index), None);
+    }
 }

@@ -465,8 +465,8 @@ impl Store {
     }
 
     /// The newest finished result of each suite and each stage, from the index.
-    pub fn latest_results(&self) -> super::LatestResults {
-        super::LatestResults::collect(self.index().newest())
+    pub fn latest_results(&self) -> Arc<super::LatestResults> {
+        self.index().latest_results()
     }
 
     /// The newest finished run in full, kept in memory.
