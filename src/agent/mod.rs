@@ -1,6 +1,7 @@
 //! The daemon's core: run supervisor (one run at a time, in a worker subprocess),
 //! watchdog, and event fan-out; the front ends in `api` attach to its handle.
 
+pub mod cgroup;
 pub mod config;
 pub mod error;
 pub mod events;
@@ -32,6 +33,7 @@ pub use status::{AgentState, Counters, HardwareView, StatusSnapshot};
 
 use crate::record::store::{Store, StoreOptions};
 use crate::record::writer::{RecordWriter, DEFAULT_RETRY_INTERVAL};
+use cgroup::RunCgroups;
 use config::Config;
 use handle::Shared;
 use supervisor::{Supervisor, SupervisorConfig};
@@ -70,6 +72,7 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
     for id in store.mark_interrupted(|record, dir| interruption.explain(record, dir)) {
         warn!(run = %id, "run was in progress when the agent stopped; marked interrupted");
     }
+    let cgroups = run_cgroups(&store);
     let skipped = store.skipped();
     for skipped in &skipped {
         warn!(run = %skipped.id, reason = %skipped.reason, "skipping unreadable run record");
@@ -119,7 +122,42 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         min_free_space: config.min_free_space_bytes,
         dataset_cache: config.dataset_cache_bytes,
         benchmarks: config.benchmarks.clone(),
+        cgroups,
     };
     tokio::spawn(Supervisor::new(shared.clone(), supervisor_config, commands).run(inbox));
     Ok(AgentHandle { shared })
+}
+
+/// The agent's own cgroup, where it can make a group per run, after the groups of this
+/// store's runs that an earlier agent left behind are killed.
+fn run_cgroups(store: &Store) -> Option<RunCgroups> {
+    let groups = match RunCgroups::of_this_process() {
+        Ok(groups) => groups,
+        Err(e) => {
+            warn!(
+                error = %e,
+                "runs get no cgroup of their own: what a run leaves running is found by its \
+                 session when it ends, and a process that leaves the session (setsid) or \
+                 outlives a killed agent is not"
+            );
+            return None;
+        }
+    };
+    for (run_id, group) in groups.leftovers() {
+        // A group of another agent's store sharing this cgroup (a developer's machine)
+        // is its own to end.
+        if store.brief(&run_id).is_none() {
+            continue;
+        }
+        match group.kill() {
+            Ok(killed) => {
+                warn!(run = %run_id, processes = killed, "killed what an earlier agent's run left running")
+            }
+            Err(e) => {
+                warn!(run = %run_id, error = %e, "cannot kill what an earlier agent's run left running")
+            }
+        }
+    }
+    info!(cgroup = %groups.parent().display(), "each run gets a cgroup of its own");
+    Some(groups)
 }

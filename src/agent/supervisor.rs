@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use super::cgroup::RunCgroups;
 use super::error::AgentError;
 use super::events::AgentEvent;
 use super::handle::{blocking, read, write, Shared};
@@ -46,6 +47,8 @@ pub struct SupervisorConfig {
     pub dataset_cache: u64,
     /// The configured external benchmarks, by name.
     pub benchmarks: std::collections::BTreeMap<String, Map<String, Value>>,
+    /// Where each run gets a cgroup of its own; `None` where the agent cannot make them.
+    pub cgroups: Option<RunCgroups>,
 }
 
 pub(super) struct Supervisor {
@@ -166,7 +169,9 @@ impl Supervisor {
         let store = self.shared.store.clone();
         let first = record.clone();
         let (state_dir, reserve) = (self.config.state_dir.clone(), self.config.min_free_space);
-        let (run_dir, log) = blocking(move || -> Result<_, AgentError> {
+        let cgroups = self.config.cgroups.clone();
+        let group_id = run_id.clone();
+        let (run_dir, log, cgroup) = blocking(move || -> Result<_, AgentError> {
             check_free_space(&state_dir, reserve, needed)?;
             let dir = store
                 .create(&first)
@@ -175,7 +180,14 @@ impl Supervisor {
                 .modes()
                 .create_file(&dir.join(Artifact::WorkerLog.file_name()))
                 .map_err(|e| AgentError::Internal(format!("cannot create the worker log: {e}")));
-            Ok((dir, log))
+            let cgroup = cgroups.filter(|_| log.is_ok()).and_then(|groups| match groups.create(&group_id) {
+                Ok(group) => Some(group),
+                Err(e) => {
+                    warn!(run = %group_id, error = %e, "the run has no cgroup; what it leaves running is found by its session");
+                    None
+                }
+            });
+            Ok((dir, log, cgroup))
         })
         .await??;
         info!(run = %run_id, %suite, trigger = trigger.as_str(), "run started");
@@ -192,7 +204,7 @@ impl Supervisor {
         self.overdue = None;
         self.set_current(record);
         match log.and_then(|log| {
-            worker::spawn(&run_id, &spec, log, self.commands.clone())
+            worker::spawn(&run_id, &spec, log, cgroup, self.commands.clone())
                 .map_err(|e| AgentError::Internal(e.to_string()))
         }) {
             Ok(control) => self.worker = Some(control),

@@ -1,6 +1,7 @@
 //! The worker subprocess: `tinyperf run --events jsonl …`, its events read line by line,
 //! cancelled with SIGTERM and then SIGKILL after a grace period; whatever it leaves
-//! running in its session is killed when it ends.
+//! running is killed when it ends: its cgroup as a whole, or where the agent has none
+//! to give it, its session.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -16,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tracing::{debug, warn};
 
+use super::cgroup::RunCgroup;
 use super::messages::{Command, WorkerMessage};
 use crate::suite::event::WorkerEvent;
 
@@ -51,6 +53,7 @@ pub fn spawn(
     run_id: &str,
     spec: &WorkerSpec,
     log: File,
+    cgroup: Option<RunCgroup>,
     commands: mpsc::Sender<Command>,
 ) -> std::io::Result<WorkerControl> {
     let mut command = ProcessCommand::new(&spec.exe);
@@ -59,9 +62,17 @@ pub fn spawn(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log));
-    // SAFETY: setsid and prctl are async-signal-safe and touch no memory of the parent.
+    let procs_fd = cgroup.as_ref().and_then(RunCgroup::procs_fd);
+    // SAFETY: write, setsid and prctl are async-signal-safe and touch no memory of the
+    // parent; the descriptor stays open until the spawn returns.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
+            if let Some(fd) = procs_fd {
+                // Into the run's group before exec, so nothing it starts is ever outside.
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             // A session of its own (and so a process group whose id is its pid): what
             // it starts in groups of their own can still be found once it is gone.
             nix::unistd::setsid().map_err(std::io::Error::from)?;
@@ -100,17 +111,15 @@ pub fn spawn(
                 status = child.wait(), if lines.is_none() => break status,
             }
         };
-        // Anything left in the worker's process group, or in another group of its
+        // Anything left in the worker's process group, or elsewhere in its cgroup or
         // session (an external benchmark's), goes with it.
         signal(pid, Signal::SIGKILL);
-        if let Some(pid) = pid {
-            let session = pid.as_raw();
-            let left = tokio::task::spawn_blocking(move || super::session::kill_session(session))
-                .await
-                .unwrap_or(0);
-            if left > 0 {
-                warn!(run = %run_id, processes = left, "killed what the worker left running");
-            }
+        let session = pid.map(Pid::as_raw);
+        let left = tokio::task::spawn_blocking(move || kill_leftovers(cgroup, session))
+            .await
+            .unwrap_or(0);
+        if left > 0 {
+            warn!(run = %run_id, processes = left, "killed what the worker left running");
         }
         let (outcome, own_status) = match status {
             Ok(s) => (describe(s), is_own_status(s)),
@@ -128,6 +137,18 @@ pub fn spawn(
     Ok(WorkerControl {
         cancel: Some(cancel_tx),
     })
+}
+
+/// Kills what is left of a worker that has ended: its cgroup, or its session where it
+/// has no cgroup (or the group cannot be removed); returns how many processes were left.
+fn kill_leftovers(cgroup: Option<RunCgroup>, session: Option<i32>) -> usize {
+    if let Some(cgroup) = cgroup {
+        match cgroup.kill() {
+            Ok(left) => return left,
+            Err(e) => warn!(error = %e, "cannot end the run's cgroup; killing its session instead"),
+        }
+    }
+    session.map_or(0, super::session::kill_session)
 }
 
 async fn next_line(

@@ -124,8 +124,26 @@ impl Agent {
     }
 
     pub fn start_with_args(bus: &Bus, dirs: &AgentDirs, args: &[&str]) -> Agent {
-        let mut child = agent_command(&dirs.config(), &bus.address)
-            .args(args)
+        let mut command = agent_command(&dirs.config(), &bus.address);
+        command.args(args);
+        Agent::start_command(command, bus, dirs)
+    }
+
+    /// Starts the agent as the last arguments of `wrapper` (a program that sets up
+    /// the agent's surroundings and then executes its arguments).
+    pub fn start_wrapped(bus: &Bus, dirs: &AgentDirs, wrapper: &[&str]) -> Agent {
+        let agent = agent_command(&dirs.config(), &bus.address);
+        let mut command = Command::new(wrapper[0]);
+        command
+            .args(&wrapper[1..])
+            .arg(agent.get_program())
+            .args(agent.get_args())
+            .stdin(Stdio::null());
+        Agent::start_command(command, bus, dirs)
+    }
+
+    fn start_command(mut command: Command, bus: &Bus, dirs: &AgentDirs) -> Agent {
+        let mut child = command
             .env("TINYPERF_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
