@@ -80,7 +80,8 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --all-targets -- -D warnings
 
-## Check the unit, D-Bus policy, activation file, sysusers and udev rules.
+## Check the unit (and its exposure, at most 3.0), D-Bus policy, activation file, sysusers,
+## tmpfiles and udev rules.
 lint: build
 	scripts/lint-system-files.sh $(DEBUG_BIN)
 
@@ -137,6 +138,7 @@ install: $(if $(BIN),,release)
 	install -Dm644 systemd/org.tinyperf.Agent1.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.tinyperf.Agent1.conf
 	install -Dm644 systemd/org.tinyperf.Agent1.service $(DESTDIR)$(PREFIX)/share/dbus-1/system-services/org.tinyperf.Agent1.service
 	install -Dm644 systemd/tinyperf.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/tinyperf.conf
+	install -Dm644 systemd/tinyperf.tmpfiles.conf $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/tinyperf.conf
 	install -Dm644 udev/70-tinyperf.rules $(DESTDIR)$(PREFIX)/lib/udev/rules.d/70-tinyperf.rules
 	install -Dm644 systemd/tinyperf.toml $(DESTDIR)/etc/tinyperf/tinyperf.toml
 

@@ -114,19 +114,42 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// The gid of group `tinyperf`, created if the system lacks it.
+/// The gid of group `tinyperf`, created if the system lacks it, with the agent's user
+/// `tinyperf` in it (as systemd/tinyperf.sysusers.conf makes them on the box).
 fn tinyperf_gid() -> u32 {
     let status = Command::new("groupadd")
-        .args(["-f", "tinyperf"])
+        .args(["-f", "--system", "tinyperf"])
         .status()
         .expect("groupadd runs (these tests run as root)");
     assert!(status.success(), "groupadd -f tinyperf failed");
+    if nix::unistd::User::from_name("tinyperf").unwrap().is_none() {
+        // Another test may add it at the same moment; the lookup below decides.
+        let _ = Command::new("useradd")
+            .args(["--system", "--gid", "tinyperf", "--no-create-home"])
+            .args(["--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"])
+            .arg("tinyperf")
+            .status();
+    }
+    assert!(
+        nix::unistd::User::from_name("tinyperf").unwrap().is_some(),
+        "useradd tinyperf failed"
+    );
     let out = Command::new("getent")
         .args(["group", "tinyperf"])
         .output()
         .unwrap();
     let line = String::from_utf8(out.stdout).unwrap();
     line.split(':').nth(2).unwrap().trim().parse().unwrap()
+}
+
+/// The uid of user `tinyperf` (see [`tinyperf_gid`]).
+fn tinyperf_uid() -> u32 {
+    tinyperf_gid();
+    nix::unistd::User::from_name("tinyperf")
+        .unwrap()
+        .unwrap()
+        .uid
+        .as_raw()
 }
 
 /// `tinyperf agent` as root on the bus, killed on drop.
@@ -394,7 +417,7 @@ fn the_cli_explains_a_refusal_and_still_reads() {
 }
 
 #[test]
-fn only_root_may_own_the_name() {
+fn only_root_and_user_tinyperf_may_own_the_name() {
     let bus = SystemLikeBus::start();
     // An agent as nobody, with files it can read and write.
     let dirs = AgentDirs::new("");
@@ -445,7 +468,7 @@ fn only_root_may_own_the_name() {
 }
 
 #[test]
-fn activation_file_starts_the_unit_as_root() {
+fn activation_file_starts_the_unit_as_user_tinyperf() {
     let text = std::fs::read_to_string(repo_file("systemd/org.tinyperf.Agent1.service")).unwrap();
     let keys: Vec<&str> = text
         .lines()
@@ -458,7 +481,7 @@ fn activation_file_starts_the_unit_as_root() {
             "[D-BUS Service]",
             "Name=org.tinyperf.Agent1",
             "Exec=/usr/bin/tinyperf agent",
-            "User=root",
+            "User=tinyperf",
             "SystemdService=tinyperf.service",
         ]
     );
@@ -476,4 +499,227 @@ fn activation_file_starts_the_unit_as_root() {
         .unwrap();
     let listed = String::from_utf8_lossy(&out.stdout);
     assert!(listed.contains("\"org.tinyperf.Agent1\""), "{listed}");
+}
+
+/// The groups of the unit's `SupplementaryGroups=` that this machine has.
+fn unit_groups() -> Vec<u32> {
+    ["render", "video", "systemd-journal"]
+        .iter()
+        .filter_map(|name| nix::unistd::Group::from_name(name).ok().flatten())
+        .map(|group| group.gid.as_raw())
+        .collect()
+}
+
+/// A cgroup delegated to user tinyperf, as `Delegate=yes` gives the unit its group:
+/// the folder and its `cgroup.procs`, `cgroup.threads` and `cgroup.subtree_control`
+/// are the user's. Removed on drop, once empty.
+struct DelegatedCgroup {
+    dir: PathBuf,
+}
+
+impl DelegatedCgroup {
+    fn make(uid: u32, gid: u32) -> Option<DelegatedCgroup> {
+        let parent = tinyperf::agent::cgroup::RunCgroups::of_this_process().ok()?;
+        let dir = parent
+            .parent()
+            .join(format!("tinyperf-test-agent-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        for path in [
+            dir.clone(),
+            dir.join("cgroup.procs"),
+            dir.join("cgroup.threads"),
+            dir.join("cgroup.subtree_control"),
+        ] {
+            nix::unistd::chown(
+                &path,
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+            )
+            .ok()?;
+        }
+        Some(DelegatedCgroup { dir })
+    }
+}
+
+impl Drop for DelegatedCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        for _ in 0..200 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+/// The agent as the unit runs it: user and group tinyperf with the unit's supplementary
+/// groups, CAP_SYSLOG its only capability (ambient, and the whole bounding set), no new
+/// privileges, umask 0027, in a cgroup delegated to it. It owns the name, serves HTTP
+/// with a token it may only read, reads the kernel's log, keeps its runs to its group, and
+/// ends a benchmark child that left its session through the run's cgroup.
+#[test]
+fn the_agent_as_user_tinyperf_with_only_cap_syslog_serves_and_runs() {
+    let uid = tinyperf_uid();
+    let gid = tinyperf_gid();
+    let bus = SystemLikeBus::start();
+    let scratch = tempfile::tempdir().unwrap();
+    set_mode(scratch.path(), 0o755);
+    let escaped_pid = scratch.path().join("escaped.pid");
+    let dirs = AgentDirs::new(&format!(
+        "cancel_grace_s = 2\n[benchmarks.escaper]\ncommand = \"setsid sh -c 'echo $$ > {}; exec sleep 300' & wait\"\ncwd = \"{}\"\n",
+        escaped_pid.display(),
+        scratch.path().display()
+    ));
+    set_mode(dirs.dir.path(), 0o755);
+    nix::unistd::chown(
+        scratch.path(),
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .unwrap();
+    std::fs::create_dir(dirs.state_dir()).unwrap();
+    nix::unistd::chown(
+        &dirs.state_dir(),
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .unwrap();
+    // The token as the image keeps it: root's, read by group tinyperf.
+    let token = dirs.dir.path().join("token");
+    nix::unistd::chown(
+        &token,
+        Some(nix::unistd::Uid::from_raw(0)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .unwrap();
+    set_mode(&token, 0o640);
+
+    let cgroup = DelegatedCgroup::make(uid, gid);
+    assert_eq!(
+        cgroup.is_some(),
+        tinyperf::agent::cgroup::RunCgroups::of_this_process().is_ok(),
+        "a writable cgroup hierarchy, but no group could be delegated"
+    );
+    let groups = std::iter::once(gid)
+        .chain(unit_groups())
+        .map(|g| g.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let enter_cgroup = cgroup
+        .as_ref()
+        .map(|c| format!("echo $$ > '{}/cgroup.procs'\n", c.dir.display()))
+        .unwrap_or_default();
+    let wrapper = scratch.path().join("as-the-unit.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nset -e\n{enter_cgroup}umask 0027\nexec setpriv --reuid={uid} --regid={gid} --groups={groups} \
+             --inh-caps=-all,+syslog --ambient-caps=-all,+syslog --bounding-set=-all,+syslog \
+             --no-new-privs \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    let mut agent =
+        common::Agent::start_wrapped(&bus.address, &dirs, &["sh", wrapper.to_str().unwrap()]);
+
+    // Who it is, and what it may do.
+    let pid = agent.child.id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    assert!(field("Uid:").starts_with(&format!("{uid}\t")), "{status}");
+    assert_eq!(field("CapEff:"), "0000000400000000", "{status}");
+    assert_eq!(field("CapBnd:"), "0000000400000000", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+
+    // It owns the name: a read over the bus reaches it.
+    let (ok, text) = call(
+        &bus,
+        Caller::Nobody,
+        "org.tinyperf.Agent1.ListRuns",
+        &["uint32:1"],
+    );
+    assert!(ok, "{text}");
+
+    // An inventory run, started by root over D-Bus: the kernel's log read, the run's
+    // folder its group's only.
+    let (ok, text) = start_inventory(&bus, Caller::Root);
+    assert!(ok, "{text}");
+    let id = text
+        .trim()
+        .trim_start_matches("s ")
+        .trim_matches('"')
+        .to_string();
+    let record = common::wait_for(Duration::from_secs(60), "the inventory run's end", || {
+        common::read_record(&dirs.state_dir(), &id).filter(|r| r["state"] != "running")
+    });
+    assert_eq!(record["state"], "passed", "{record:#}");
+    // Without CAP_SYSLOG (dmesg_restrict=1) the inventory says "kernel messages not
+    // read: /dev/kmsg: Operation not permitted".
+    let findings = record["hardware"]["findings"].to_string();
+    assert!(!findings.contains("kernel messages not read"), "{findings}");
+    use std::os::unix::fs::MetadataExt;
+    let run_dir = dirs.state_dir().join("runs").join(&id);
+    let meta = std::fs::metadata(&run_dir).unwrap();
+    assert_eq!(
+        (meta.mode() & 0o7777, meta.uid(), meta.gid()),
+        (0o750, uid, gid)
+    );
+    for file in std::fs::read_dir(&run_dir).unwrap().flatten() {
+        let meta = file.metadata().unwrap();
+        assert_eq!(meta.mode() & 0o027, 0, "{:?}", file.path());
+        assert_eq!(meta.gid(), gid, "{:?}", file.path());
+    }
+
+    // A benchmark whose child leaves its session, started over HTTP with the token,
+    // then cancelled: the child goes with the run's cgroup.
+    let post = |path: &str, body: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "-", "-w", "\n%{http_code}", "-X", "POST"])
+            .args(["-H", &format!("Authorization: Bearer {}", common::TOKEN)])
+            .args(["-H", "Content-Type: application/json", "--data", body])
+            .arg(format!("http://{}{path}", agent.http))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let reply = post(
+        "/api/v1/runs",
+        r#"{"suite":"external","options":{"benchmark":"escaper"}}"#,
+    );
+    assert!(reply.ends_with("202"), "{reply}");
+    let run: serde_json::Value = serde_json::from_str(reply.rsplit_once('\n').unwrap().0).unwrap();
+    let run = run["id"].as_str().unwrap().to_string();
+    let escaped: i32 = common::wait_for(Duration::from_secs(30), "the benchmark's child", || {
+        std::fs::read_to_string(&escaped_pid)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    });
+    let reply = post(&format!("/api/v1/runs/{run}/cancel"), "");
+    assert!(reply.ends_with("202") || reply.ends_with("200"), "{reply}");
+    common::wait_for(Duration::from_secs(30), "the escaped child's end", || {
+        let stat = std::fs::read_to_string(format!("/proc/{escaped}/stat")).ok();
+        let gone = stat.is_none_or(|s| {
+            s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        });
+        gone.then_some(())
+    });
+
+    let log = agent.stop();
+    if cgroup.is_some() {
+        assert!(log.contains("each run gets a cgroup of its own"), "{log}");
+    }
 }

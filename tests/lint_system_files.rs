@@ -1,14 +1,15 @@
 //! scripts/lint-system-files.sh against the real system files (they pass) and against
 //! copies with one deliberate fault each (the lint fails and names the file).
 //!
-//! The lint runs the real tools: systemd-analyze, systemd-sysusers, dbus-daemon,
-//! dbus-send and udevadm (apt packages systemd, dbus-daemon, dbus-bin, udev).
+//! The lint runs the real tools: systemd-analyze, systemd-sysusers, systemd-tmpfiles,
+//! dbus-daemon, dbus-send and udevadm (apt packages systemd, dbus-daemon, dbus-bin, udev).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const UNIT: &str = "systemd/tinyperf.service";
 const SYSUSERS: &str = "systemd/tinyperf.sysusers.conf";
+const TMPFILES: &str = "systemd/tinyperf.tmpfiles.conf";
 const POLICY: &str = "systemd/org.tinyperf.Agent1.conf";
 const ACTIVATION: &str = "systemd/org.tinyperf.Agent1.service";
 const RULES: &str = "udev/70-tinyperf.rules";
@@ -67,7 +68,7 @@ impl SourceTree {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("systemd")).unwrap();
         std::fs::create_dir_all(dir.path().join("udev")).unwrap();
-        for file in [UNIT, SYSUSERS, RULES] {
+        for file in [UNIT, SYSUSERS, TMPFILES, RULES] {
             std::fs::copy(repository().join(file), dir.path().join(file))
                 .unwrap_or_else(|e| panic!("{file}: {e}"));
         }
@@ -249,21 +250,68 @@ fn a_unit_stripped_of_its_sandbox_fails_on_exposure() {
                 "DeviceAllow=",
             ],
         )
-        .assert_lint_fails_on(UNIT, "exposure above 7.0");
+        .assert_lint_fails_on(UNIT, "exposure above 3.0");
 }
 
 #[test]
 fn a_sysusers_line_of_unknown_type_fails() {
     SourceTree::copy()
-        .break_file(SYSUSERS, "g tinyperf -", "x tinyperf -")
+        .break_file(SYSUSERS, "u tinyperf -", "x tinyperf -")
         .assert_lint_fails_on(SYSUSERS, "Unknown command type 'x'");
 }
 
 #[test]
 fn a_sysusers_file_without_the_tinyperf_group_fails() {
     SourceTree::copy()
-        .break_file(SYSUSERS, "g tinyperf -", "g tinyperf-users -")
+        .break_file(SYSUSERS, "u tinyperf -", "u tinyperf-agent -")
         .assert_lint_fails_on(SYSUSERS, "does not create group tinyperf");
+}
+
+#[test]
+fn a_sysusers_file_with_the_group_but_not_the_user_fails() {
+    SourceTree::copy()
+        .break_file(
+            SYSUSERS,
+            "u tinyperf - \"tinyperf benchmark agent\" /var/lib/tinyperf /usr/sbin/nologin",
+            "g tinyperf -",
+        )
+        .assert_lint_fails_on(SYSUSERS, "does not create user tinyperf");
+}
+
+#[test]
+fn a_unit_that_runs_the_agent_as_root_fails() {
+    SourceTree::copy()
+        .remove_lines_starting_with(UNIT, &["User=", "Group="])
+        .assert_lint_fails_on(UNIT, "does not run the agent as user and group tinyperf");
+}
+
+#[test]
+fn a_unit_that_keeps_roots_capabilities_fails_on_exposure() {
+    SourceTree::copy()
+        .remove_lines_starting_with(UNIT, &["CapabilityBoundingSet=", "SystemCallFilter="])
+        .assert_lint_fails_on(UNIT, "exposure above 3.0");
+}
+
+#[test]
+fn a_tmpfiles_entry_that_leaves_the_token_to_root_fails() {
+    SourceTree::copy()
+        .break_file(
+            TMPFILES,
+            "z /etc/tinyperf/token 0640 root tinyperf -",
+            "z /etc/tinyperf/token 0600 root root -",
+        )
+        .assert_lint_fails_on(TMPFILES, "not 640 group tinyperf");
+}
+
+#[test]
+fn a_tmpfiles_entry_of_unknown_type_fails() {
+    SourceTree::copy()
+        .break_file(
+            TMPFILES,
+            "d /var/lib/systemd/pstore",
+            "Y /var/lib/systemd/pstore",
+        )
+        .assert_lint_fails_on(TMPFILES, "systemd-tmpfiles");
 }
 
 #[test]

@@ -7,8 +7,8 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 use tinyperf::engine::mllog::{
-    drop_page_cache_via, keys, CacheFlush, Division, MlLog, MlLogError, RunConfig, RunStatus,
-    Submission, SUBMITTER,
+    drop_page_cache_via, evict_from_page_cache, keys, CacheFlush, Division, MlLog, MlLogError,
+    RunConfig, RunStatus, Submission, SUBMITTER,
 };
 use tinyperf::mlperf::system_desc::{submission_platform, system_description, SoftwareStack};
 
@@ -372,6 +372,39 @@ fn the_page_cache_is_dropped_only_when_allowed() {
         other => panic!("expected a failure, got {other:?}"),
     }
     assert!(!failed.flushed());
+}
+
+#[test]
+fn the_datasets_files_are_evicted_from_the_page_cache_without_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files: Vec<_> = (0..3)
+        .map(|i| {
+            let path = dir.path().join(format!("{i}.JPEG"));
+            std::fs::write(&path, vec![i as u8; 64 * 1024]).unwrap();
+            path
+        })
+        .collect();
+    let evicted = evict_from_page_cache(files.iter().map(|p| p.as_path()).collect());
+    assert_eq!(evicted, CacheFlush::Evicted { files: 3 });
+    assert!(evicted.flushed());
+    assert!(
+        evicted.describe().contains("3 files evicted"),
+        "{}",
+        evicted.describe()
+    );
+
+    let missing = dir.path().join("gone.JPEG");
+    let failed = evict_from_page_cache(vec![files[0].as_path(), missing.as_path()]);
+    assert!(!failed.flushed());
+    match &failed {
+        CacheFlush::Failed(why) => {
+            assert!(
+                why.contains("1 of 2 files") && why.contains("gone.JPEG"),
+                "{why}"
+            )
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
 }
 
 /// What the inventory reports for a tinybox green (the shape `tinyperf detect --json` prints).

@@ -265,7 +265,7 @@ fn an_agent_without_cgroups_says_so_and_still_ends_the_session() {
     )
     .unwrap();
     let agent = Agent::start_wrapped(
-        &bus,
+        &bus.address,
         &dirs,
         &[
             "unshare",

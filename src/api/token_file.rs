@@ -1,6 +1,7 @@
 //! The HTTP write token, trusted only when it is kept as a secret should be: a file
-//! owned by root (or by the user the agent runs as), that no one else may read or
-//! write, holding at least 32 bytes. Anything else stops the agent with the fix.
+//! owned by root (or by the user the agent runs as), that no one else may write or
+//! read (but the agent's own group, which on the box holds only the agent's user),
+//! holding at least 32 bytes. Anything else stops the agent with the fix.
 
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -77,8 +78,13 @@ pub fn read_token(path: &Path) -> Result<Option<String>, TokenFileError> {
         });
     }
     let mode = metadata.permissions().mode() & 0o7777;
-    if mode & 0o077 != 0 {
-        let access = match (mode & 0o044 != 0, mode & 0o022 != 0) {
+    // The image gives the token to root:tinyperf 0640 so that the agent, running as
+    // group tinyperf, reads a file it cannot change.
+    let own_group_reads = metadata.gid() == nix::unistd::getegid().as_raw();
+    let forbidden = if own_group_reads { 0o037 } else { 0o077 };
+    let granted = mode & forbidden;
+    if granted != 0 {
+        let access = match (granted & 0o044 != 0, granted & 0o022 != 0) {
             (true, true) => "read and write",
             (false, true) => "write",
             _ => "read",
@@ -120,11 +126,22 @@ mod tests {
         let good = "a".repeat(64);
         let path = token_file(dir.path(), &format!("{good}\n"), 0o600);
         assert_eq!(read_token(&path).unwrap(), Some(good.clone()));
+        // Readable by the agent's own group, as the image keeps it (root:tinyperf 0640).
         let path = token_file(dir.path(), &good, 0o640);
+        assert_eq!(read_token(&path).unwrap(), Some(good.clone()));
+        let path = token_file(dir.path(), &good, 0o660);
         assert!(read_token(&path)
             .unwrap_err()
             .to_string()
             .contains("chmod 600"));
+        if nix::unistd::geteuid().is_root() {
+            let path = token_file(dir.path(), &good, 0o640);
+            std::os::unix::fs::chown(&path, None, Some(65534)).unwrap();
+            assert!(read_token(&path)
+                .unwrap_err()
+                .to_string()
+                .contains("others can read"));
+        }
         let path = token_file(dir.path(), &good, 0o602);
         assert!(read_token(&path)
             .unwrap_err()

@@ -2,7 +2,9 @@
 //!
 //! Folders are `rwxr-s---` and files `rw-r-----`: the agent writes, group `tinyperf`
 //! reads (when that group exists; the folders' set-group-id bit hands it on to the
-//! files the worker writes), and others get nothing, whatever the umask.
+//! files the worker writes), and others get nothing, whatever the umask. An agent that
+//! runs as group `tinyperf` itself, as on the box, gives its folders `rwxr-x---`: what it
+//! makes is the group's anyway, and its sandbox refuses the set-group-id bit.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -14,6 +16,8 @@ pub const READER_GROUP: &str = "tinyperf";
 /// Folders: owner all, the reader group read and enter, others nothing; the setgid
 /// bit gives what is made inside the folder's group.
 pub const DIR_MODE: u32 = 0o2750;
+/// Folders of an agent whose own group is the reader group.
+pub const OWN_GROUP_DIR_MODE: u32 = 0o750;
 /// Files: owner read and write, the reader group read, others nothing.
 pub const FILE_MODE: u32 = 0o640;
 
@@ -34,19 +38,29 @@ impl Modes {
         Modes { group }
     }
 
+    /// The mode of the store's folders.
+    pub fn dir_mode(&self) -> u32 {
+        match self.group {
+            Some(gid) if gid == nix::unistd::getegid().as_raw() => OWN_GROUP_DIR_MODE,
+            _ => DIR_MODE,
+        }
+    }
+
     /// Creates `dir` (and its parents) or gives an existing one the store's mode.
     pub fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mode = self.dir_mode();
         fs::DirBuilder::new()
             .recursive(true)
-            .mode(DIR_MODE)
+            .mode(mode)
             .create(dir)?;
-        self.apply(dir, DIR_MODE)
+        self.apply(dir, mode)
     }
 
     /// Creates `dir`, which must not exist yet.
     pub fn create_dir(&self, dir: &Path) -> io::Result<()> {
-        fs::DirBuilder::new().mode(DIR_MODE).create(dir)?;
-        self.apply(dir, DIR_MODE)
+        let mode = self.dir_mode();
+        fs::DirBuilder::new().mode(mode).create(dir)?;
+        self.apply(dir, mode)
     }
 
     /// Sets `path`'s group (when there is a reader group) and then its mode; the mode

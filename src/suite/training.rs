@@ -12,7 +12,7 @@ use super::gpu_devices::GpuChoice;
 use super::stage::{StageContext, StageReport};
 use crate::engine::backend::half_storage::HalfStorageCpu;
 use crate::engine::data::{Dataset, Loader, LoaderConfig};
-use crate::engine::mllog::{drop_page_cache, Division, MlLog, MlLogError, Submission};
+use crate::engine::mllog::{flush_page_cache, Division, MlLog, MlLogError, Submission};
 use crate::engine::model::resnet::ResNet;
 use crate::engine::parallel::{gpu_all_reduce, AllReduce, DataParallel};
 use crate::engine::recipe::{Recipe, RecipeError};
@@ -524,7 +524,16 @@ impl TrainingRun<'_> {
         let mut submission = Submission::resnet(self.submitter, self.platform);
         submission.division = self.division;
         log.submission(&submission).map_err(mllog_error)?;
-        let flush = drop_page_cache();
+        let dataset = &self.dataset;
+        let flush = flush_page_cache(
+            dataset
+                .train
+                .samples
+                .iter()
+                .chain(&dataset.val.samples)
+                .map(|sample| sample.path.as_path()),
+        );
+        ctx.progress(0.0, Some(flush.describe()));
         log.cache_clear(flush.flushed()).map_err(mllog_error)?;
         log.init_start().map_err(mllog_error)?;
         let build = |backend: &B| {

@@ -126,23 +126,23 @@ impl Agent {
     pub fn start_with_args(bus: &Bus, dirs: &AgentDirs, args: &[&str]) -> Agent {
         let mut command = agent_command(&dirs.config(), &bus.address);
         command.args(args);
-        Agent::start_command(command, bus, dirs)
+        Agent::start_command(command, &bus.address, dirs)
     }
 
-    /// Starts the agent as the last arguments of `wrapper` (a program that sets up
-    /// the agent's surroundings and then executes its arguments).
-    pub fn start_wrapped(bus: &Bus, dirs: &AgentDirs, wrapper: &[&str]) -> Agent {
-        let agent = agent_command(&dirs.config(), &bus.address);
+    /// Starts the agent, on the bus at `bus_address`, as the last arguments of `wrapper`
+    /// (a program that sets up the agent's surroundings and then executes its arguments).
+    pub fn start_wrapped(bus_address: &str, dirs: &AgentDirs, wrapper: &[&str]) -> Agent {
+        let agent = agent_command(&dirs.config(), bus_address);
         let mut command = Command::new(wrapper[0]);
         command
             .args(&wrapper[1..])
             .arg(agent.get_program())
             .args(agent.get_args())
             .stdin(Stdio::null());
-        Agent::start_command(command, bus, dirs)
+        Agent::start_command(command, bus_address, dirs)
     }
 
-    fn start_command(mut command: Command, bus: &Bus, dirs: &AgentDirs) -> Agent {
+    fn start_command(mut command: Command, bus_address: &str, dirs: &AgentDirs) -> Agent {
         let mut child = command
             .env("TINYPERF_LOG", "info")
             .stdout(Stdio::piped())
@@ -180,7 +180,7 @@ impl Agent {
             http,
             state_dir: dirs.state_dir(),
             config: dirs.config(),
-            bus: bus.address.clone(),
+            bus: bus_address.to_string(),
             stderr: Some(stderr),
         }
     }

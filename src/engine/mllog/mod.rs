@@ -34,7 +34,10 @@ use std::path::PathBuf;
 
 pub use config::{Division, RunConfig, Submission, SubmissionStatus, SUBMITTER};
 pub use encode::{encode_line, python_float_repr, Event, EventType, LogValue, LINE_PREFIX};
-pub use page_cache::{drop_page_cache, drop_page_cache_via, CacheFlush, DROP_CACHES};
+pub use page_cache::{
+    drop_page_cache, drop_page_cache_via, evict_from_page_cache, flush_page_cache, CacheFlush,
+    DROP_CACHES,
+};
 pub use run::{clock_start_ms, MlLog, Phase, RunStatus};
 pub use writer::{now_ms, MlLogWriter};
 
