@@ -27,7 +27,7 @@ export TINYPERF_REQUIRE_UPLOT ?= 1
 # The browser tests fail, rather than skip, when Chromium or Selenium is missing.
 export TINYPERF_REQUIRE_BROWSER ?= 1
 
-.PHONY: all build build-deps release run test test-deps lint fmt-check clippy bench bench-agent bench-venv gpu-check gpu-speed install image image-rootfs images image-test image-test-all clean
+.PHONY: all build build-deps release run test test-deps lint fmt-check clippy fuzz fuzz-check soak bench bench-agent bench-venv gpu-check gpu-speed install image image-rootfs images image-test image-test-all clean
 
 all: build
 
@@ -63,6 +63,24 @@ run: release
 # trains too slowly); the images build the same binary afterwards.
 test: test-deps fmt-check clippy build lint release
 	$(CARGO) test --all-targets
+	$(MAKE) --no-print-directory fuzz-check
+
+## Every fuzz target briefly, from its seeds (fuzz/seeds): a parser that panics, hangs over
+## 1 s or takes over 256 MB on them fails. `make fuzz` is the long campaign.
+FUZZ_CHECK_SECONDS ?= 5
+fuzz-check:
+	scripts/fuzz.sh --seconds $(FUZZ_CHECK_SECONDS)
+
+## The fuzz campaign: each target FUZZ_SECONDS (600) seconds, FUZZ_JOBS (1) at a time.
+FUZZ_SECONDS ?= 600
+FUZZ_JOBS ?= 1
+fuzz:
+	scripts/fuzz.sh --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS)
+
+## A real agent on loopback for SOAK_MINUTES (60) under runs back to back, 20 readers, event
+## streams, D-Bus callers and a SIGKILL: RSS and latency over time, runs, errors (out/soak/).
+soak: release
+	scripts/soak.py $(RELEASE_BIN) --out out/soak
 
 test-deps: build-deps
 	@$(call apt_install,$(TEST_PACKAGES))

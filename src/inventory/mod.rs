@@ -22,10 +22,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-pub use gpu::{Gpu, GpuVendor, RebarState, RebarStatus, VramSource};
-pub use host::{parse_cpuinfo, Board, CpuSummary, Host};
+pub use config_space::resizable_bars;
+pub use gpu::{parse_nvidia_version, Gpu, GpuVendor, RebarState, RebarStatus, VramSource};
+pub use host::{parse_cpuinfo, parse_mem_total, Board, CpuSummary, Host};
 pub use nvme::NvmeController;
-pub use pci::{LinkSpeed, PathLink, PciAddress, PciDevice, PciLink};
+pub use pci::{parse_resource, LinkSpeed, PathLink, PciAddress, PciDevice, PciLink};
 pub use sku::{SkuSpec, SKUS};
 
 use crate::record::{Check, Metric, Verdict};

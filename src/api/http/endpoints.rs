@@ -53,10 +53,12 @@ pub struct App {
 /// `POST /api/v1/runs`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct StartRequest {
-    suite: String,
+pub struct StartRequest {
+    /// The suite to run.
+    pub suite: String,
+    /// Its options, checked by the suite's preflight.
     #[serde(default)]
-    options: Map<String, Value>,
+    pub options: Map<String, Value>,
 }
 
 #[derive(Serialize)]
@@ -440,7 +442,7 @@ fn check_head_size(request: &Request<Incoming>, limits: &Limits) -> Result<(), A
 }
 
 /// `?limit=N`, 1..=1000; any other parameter is refused.
-fn run_limit(query: Option<&str>) -> Result<usize, ApiError> {
+pub fn run_limit(query: Option<&str>) -> Result<usize, ApiError> {
     let mut limit = DEFAULT_RUN_LIMIT;
     for pair in query
         .unwrap_or_default()

@@ -41,6 +41,22 @@ use endpoints::App;
 pub use page::Prices;
 use response::ApiError;
 
+/// What the server reads from a request before it acts on it, for checks of hostile
+/// input without a server (the fuzz targets in fuzz/): the endpoint a path names, the
+/// `limit` of a query, and the run a start's body asks for.
+pub mod reading {
+    pub use super::body::parse_json;
+    pub use super::endpoints::{run_limit, StartRequest};
+
+    /// Whether `path` names an endpoint (a run's id in it checked); else the message
+    /// the client is answered with.
+    pub fn endpoint(path: &str) -> Result<(), String> {
+        super::router::Endpoint::from_path(path)
+            .map(|_| ())
+            .map_err(|e| e.message)
+    }
+}
+
 /// The client address a request came from, in its extensions.
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub std::net::IpAddr);
