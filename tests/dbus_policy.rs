@@ -109,6 +109,16 @@ impl Drop for SystemLikeBus {
     }
 }
 
+/// Gives `path` to `uid` and `gid`.
+fn give(path: &Path, uid: u32, gid: u32) {
+    nix::unistd::chown(
+        path,
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .unwrap_or_else(|e| panic!("chown {uid}:{gid} {}: {e}", path.display()));
+}
+
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -423,12 +433,7 @@ fn only_root_and_user_tinyperf_may_own_the_name() {
     let dirs = AgentDirs::new("");
     set_mode(dirs.dir.path(), 0o755);
     std::fs::create_dir(dirs.state_dir()).unwrap();
-    nix::unistd::chown(
-        &dirs.state_dir(),
-        Some(nix::unistd::Uid::from_raw(NOBODY)),
-        Some(nix::unistd::Gid::from_raw(NOBODY)),
-    )
-    .unwrap();
+    give(&dirs.state_dir(), NOBODY, NOBODY);
     // Its own token, kept private, as the agent requires of a token file.
     nix::unistd::chown(
         &dirs.dir.path().join("token"),
@@ -530,12 +535,7 @@ impl DelegatedCgroup {
             dir.join("cgroup.threads"),
             dir.join("cgroup.subtree_control"),
         ] {
-            nix::unistd::chown(
-                &path,
-                Some(nix::unistd::Uid::from_raw(uid)),
-                Some(nix::unistd::Gid::from_raw(gid)),
-            )
-            .ok()?;
+            give(&path, uid, gid);
         }
         Some(DelegatedCgroup { dir })
     }
@@ -572,27 +572,12 @@ fn the_agent_as_user_tinyperf_with_only_cap_syslog_serves_and_runs() {
         scratch.path().display()
     ));
     set_mode(dirs.dir.path(), 0o755);
-    nix::unistd::chown(
-        scratch.path(),
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-    )
-    .unwrap();
+    give(scratch.path(), uid, gid);
     std::fs::create_dir(dirs.state_dir()).unwrap();
-    nix::unistd::chown(
-        &dirs.state_dir(),
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-    )
-    .unwrap();
+    give(&dirs.state_dir(), uid, gid);
     // The token as the image keeps it: root's, read by group tinyperf.
     let token = dirs.dir.path().join("token");
-    nix::unistd::chown(
-        &token,
-        Some(nix::unistd::Uid::from_raw(0)),
-        Some(nix::unistd::Gid::from_raw(gid)),
-    )
-    .unwrap();
+    give(&token, 0, gid);
     set_mode(&token, 0o640);
 
     let cgroup = DelegatedCgroup::make(uid, gid);
@@ -707,15 +692,7 @@ fn the_agent_as_user_tinyperf_with_only_cap_syslog_serves_and_runs() {
     let reply = post(&format!("/api/v1/runs/{run}/cancel"), "");
     assert!(reply.ends_with("202") || reply.ends_with("200"), "{reply}");
     common::wait_for(Duration::from_secs(30), "the escaped child's end", || {
-        let stat = std::fs::read_to_string(format!("/proc/{escaped}/stat")).ok();
-        let gone = stat.is_none_or(|s| {
-            s.rsplit(')')
-                .next()
-                .unwrap_or("")
-                .trim_start()
-                .starts_with('Z')
-        });
-        gone.then_some(())
+        (!common::process_alive(escaped)).then_some(())
     });
 
     let log = agent.stop();

@@ -105,14 +105,7 @@ async fn an_external_benchmark_runs_under_the_agent_with_live_progress() {
 }
 
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
+    common::process_alive(pid as i32)
 }
 
 /// An agent running the benchmark `sleeper`, a shell that starts `sleep 300` and waits

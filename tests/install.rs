@@ -92,6 +92,8 @@ fn make_install_places_the_binary_system_files_completions_and_man_pages() {
         ("usr/lib/systemd/system/tinyperf.service", 0o644),
         ("usr/share/dbus-1/system.d/org.tinyperf.Agent1.conf", 0o644),
         ("usr/lib/udev/rules.d/70-tinyperf.rules", 0o644),
+        ("usr/lib/sysusers.d/tinyperf.conf", 0o644),
+        ("usr/lib/tmpfiles.d/tinyperf.conf", 0o644),
         ("etc/tinyperf/tinyperf.toml", 0o644),
         (BASH, 0o644),
         (ZSH, 0o644),

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{http_get, wait_for, Agent, AgentDirs, Bus, TOKEN};
+use common::{http_get, process_alive as alive, wait_for, Agent, AgentDirs, Bus, TOKEN};
 use tinyperf::agent::cgroup::RunCgroups;
 
 const NO_CGROUP: &str = "runs get no cgroup of their own";
@@ -29,17 +29,6 @@ fn escaping_benchmark(pid_file: &Path) -> String {
 
 fn cgroups_here() -> bool {
     RunCgroups::of_this_process().is_ok()
-}
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
 }
 
 fn session_of(pid: i32) -> i32 {
@@ -63,10 +52,16 @@ fn post(agent: &Agent, path: &str, body: &str) -> (u16, String) {
 
 /// Starts the escaping benchmark: the run's id and the escaped process's pid.
 fn start_escaper(agent: &Agent, pid_file: &Path) -> (String, i32) {
+    start_benchmark(agent, "escaper", pid_file)
+}
+
+/// Starts benchmark `name`, which writes the pid of a child to `pid_file`: the run's id
+/// and that pid.
+fn start_benchmark(agent: &Agent, name: &str, pid_file: &Path) -> (String, i32) {
     let (status, body) = post(
         agent,
         "/api/v1/runs",
-        r#"{"suite":"external","options":{"benchmark":"escaper"}}"#,
+        &format!(r#"{{"suite":"external","options":{{"benchmark":"{name}"}}}}"#),
     );
     assert_eq!(status, 202, "{body}");
     let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
@@ -276,19 +271,7 @@ fn an_agent_without_cgroups_says_so_and_still_ends_the_session() {
             wrapper.to_str().unwrap(),
         ],
     );
-    let (status, body) = post(
-        &agent,
-        "/api/v1/runs",
-        r#"{"suite":"external","options":{"benchmark":"sleeper"}}"#,
-    );
-    assert_eq!(status, 202, "{body}");
-    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let child: i32 = wait_for(Duration::from_secs(30), "the benchmark's child", || {
-        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
-    });
+    let (id, child) = start_benchmark(&agent, "sleeper", &pid_file);
     assert!(!run_group(&id).exists());
     let (status, body) = post(&agent, &format!("/api/v1/runs/{id}/cancel"), "");
     assert!(status < 300, "{status} {body}");

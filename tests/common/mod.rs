@@ -215,6 +215,18 @@ impl Drop for Agent {
     }
 }
 
+/// Whether process `pid` is alive: it exists and is not a zombie waiting to be reaped.
+pub fn process_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
 /// `tinyperf agent` with the config file `config` on the bus at `bus`, its stdin
 /// closed: how every test starts an agent process, whether it expects it to serve or
 /// to refuse.
