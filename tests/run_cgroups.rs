@@ -133,16 +133,26 @@ fn setup() -> Setup {
     }
 }
 
-/// Runs `end` on a run whose benchmark escaped its session, then checks the escaped
-/// process is gone and the run's group removed.
-fn escaped_child_goes_when(end: impl FnOnce(&mut Setup, &str)) {
+/// An agent running the escaping benchmark: the setup, the run's id and the escaped
+/// child's pid. Where this machine gives no cgroups, checks that the agent says so
+/// instead, and gives `None`.
+fn escaper_started() -> Option<(Setup, String, i32)> {
     let mut setup = setup();
     if !cgroups_here() {
         let log = setup.agent.kill();
         assert!(log.contains(NO_CGROUP), "{log}");
-        return;
+        return None;
     }
     let (id, escaped) = start_escaper(&setup.agent, &setup.pid_file);
+    Some((setup, id, escaped))
+}
+
+/// Runs `end` on a run whose benchmark escaped its session, then checks the escaped
+/// process is gone and the run's group removed.
+fn escaped_child_goes_when(end: impl FnOnce(&mut Setup, &str)) {
+    let Some((mut setup, id, escaped)) = escaper_started() else {
+        return;
+    };
     let group = run_group(&id);
     assert!(group.is_dir(), "{} is missing", group.display());
     let worker_session = session_of(
@@ -201,13 +211,9 @@ fn a_child_that_leaves_the_session_is_killed_when_the_agent_stops() {
 
 #[test]
 fn what_a_killed_agent_left_running_is_killed_when_the_next_starts() {
-    let mut setup = setup();
-    if !cgroups_here() {
-        let log = setup.agent.kill();
-        assert!(log.contains(NO_CGROUP), "{log}");
+    let Some((mut setup, id, escaped)) = escaper_started() else {
         return;
-    }
-    let (id, escaped) = start_escaper(&setup.agent, &setup.pid_file);
+    };
     setup.agent.kill();
     // Nothing ended the run: its escaped child outlives the agent (and its worker).
     std::thread::sleep(Duration::from_millis(500));
