@@ -9,8 +9,9 @@
 #   --jobs N     targets fuzzed at once (default 1)
 #   TARGET       the targets to run (default: all, as `cargo fuzz list` names them)
 #
-# Each target starts from its seeds (fuzz/seeds/TARGET, in the repository) and keeps
-# what it learns in fuzz/corpus/TARGET (not in the repository). An input that panics,
+# Each target starts from its seeds (fuzz/seeds/TARGET, and for the targets whose input
+# the tests already hold, those test fixtures) and keeps what it learns in
+# fuzz/corpus/TARGET (not in the repository). An input that panics,
 # runs over 1 s (-timeout=1) or takes the process over 256 MB (-rss_limit_mb=256) is a
 # crash: it is kept in fuzz/artifacts/TARGET/ and the script exits 1.
 # Installs cargo-fuzz (pinned) with cargo when it is missing.
@@ -49,21 +50,32 @@ fi
 logs=$(mktemp -d "${TMPDIR:-/tmp}/fuzz.XXXXXX")
 trap 'rm -rf "$logs"' EXIT
 
+# The seed folders of a target: its own, and the test fixtures of its kind.
+seeds_of() {
+    [ -d "seeds/$1" ] && echo "seeds/$1"
+    case $1 in
+        kernel_log) echo ../tests/fixtures/kernel-logs ;;
+        mllog) echo ../tests/fixtures/mlperf ;;
+    esac
+}
+
 fuzz_one() {
     local target=$1
+    local seeds
+    mapfile -t seeds < <(seeds_of "$target")
     mkdir -p "corpus/$target" "artifacts/$target"
     local args=(-max_total_time="$seconds" -timeout=1 -rss_limit_mb=256 -print_final_stats=1)
     [ -n "$runs" ] && args+=(-runs="$runs")
     local started rc=0
     started=$(date +%s)
-    cargo fuzz run --sanitizer none "$target" "corpus/$target" "seeds/$target" -- "${args[@]}" \
+    cargo fuzz run --sanitizer none "$target" "corpus/$target" "${seeds[@]}" -- "${args[@]}" \
         >"$logs/$target.log" 2>&1 || rc=$?
     echo "$rc $(($(date +%s) - started))" >"$logs/$target.status"
 }
 
 running=0
 for target in "${targets[@]}"; do
-    [ -d "seeds/$target" ] || { echo "fuzz: no seeds for $target (fuzz/seeds/$target)" >&2; exit 2; }
+    [ -n "$(seeds_of "$target")" ] || { echo "fuzz: no seeds for $target (fuzz/seeds/$target)" >&2; exit 2; }
     fuzz_one "$target" &
     running=$((running + 1))
     if [ "$running" -ge "$jobs" ]; then

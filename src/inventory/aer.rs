@@ -45,9 +45,10 @@ pub struct RootPortTotals {
 }
 
 impl AerCounters {
-    /// Non-fatal and fatal errors together: the transactions the device lost.
+    /// Non-fatal and fatal errors together: the transactions the device lost. The
+    /// counters are the kernel's (or a corrupt file's): a sum past u64 stays at its top.
     pub fn uncorrectable(&self) -> u64 {
-        self.total_nonfatal + self.total_fatal
+        self.total_nonfatal.saturating_add(self.total_fatal)
     }
 
     fn is_clean(&self) -> bool {
@@ -62,7 +63,7 @@ impl AerCounters {
 /// Parses one `aer_dev_*` file: `"%s %llu"` lines, names possibly with spaces (older
 /// kernels write "Receiver Error"), `dev_cor_errs_bit[N] M` for unnamed bits, and a last
 /// `TOTAL_ERR_*` line. Returns the non-zero counts and the total, or `None` when a line
-/// does not end in a number.
+/// does not end in a number. Counts that sum past u64 give u64's top as the total.
 pub fn parse_counter_file(text: &str) -> Option<(BTreeMap<String, u64>, u64)> {
     let mut counts = BTreeMap::new();
     let mut total = None;
@@ -74,7 +75,7 @@ pub fn parse_counter_file(text: &str) -> Option<(BTreeMap<String, u64>, u64)> {
         if name.starts_with("TOTAL_ERR_") {
             total = Some(value);
         } else if value > 0 {
-            sum += value;
+            sum = value.saturating_add(sum);
             counts.insert(name.to_string(), value);
         }
     }
@@ -240,6 +241,19 @@ pub fn link_errors(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_that_sum_past_u64_give_its_top_not_a_panic() {
+        let text = format!("RxErr {}\nBadTLP {}\n", u64::MAX, u64::MAX - 1);
+        let (_, total) = parse_counter_file(&text).unwrap();
+        assert_eq!(total, u64::MAX);
+        let counters = AerCounters {
+            total_nonfatal: u64::MAX,
+            total_fatal: 3,
+            ..AerCounters::default()
+        };
+        assert_eq!(counters.uncorrectable(), u64::MAX);
+    }
 
     #[test]
     fn parses_the_short_names_of_current_kernels() {

@@ -114,7 +114,10 @@ impl HardwareReport {
         let mut metrics = vec![Metric::new("gpu_count", self.gpus.len() as f64, "count")];
         let vram: Vec<u64> = self.gpus.iter().filter_map(|g| g.vram_bytes).collect();
         if !vram.is_empty() {
-            let total: u64 = vram.iter().sum();
+            // Sizes from sysfs, however large: a sum past u64 stays at its top.
+            let total = vram
+                .iter()
+                .fold(0u64, |sum, &bytes| sum.saturating_add(bytes));
             metrics.push(Metric::new("gpu_memory_gib", units::gib(total), "GiB"));
         }
         if let Some(bytes) = self.host.memory_bytes {
