@@ -12,7 +12,8 @@ verdict: RSS flat after the warm-up (WARMUP_MINUTES) and no failed request.
 
 Usage: scripts/soak.py [path/to/tinyperf] [--out DIR]
 Environment: SOAK_MINUTES (60), KILL_AT_MINUTE (10; 0 for none), WARMUP_MINUTES (15),
-SAMPLE_S (10), READERS (20), READ_INTERVAL_S (0.05), STREAMS (5).
+SAMPLE_S (10), READERS (20), READ_INTERVAL_S (0.05), STREAMS (5), DBUS_CALLERS (2), RUNS (1;
+0 for no runs).
 Exit status: 0 when RSS is flat and nothing failed, 1 otherwise.
 """
 
@@ -36,6 +37,9 @@ READERS = int(os.environ.get("READERS", "20"))
 # Each reader's pause between requests: 20 readers at 0.05 s are about 400 requests a second.
 READ_INTERVAL_S = float(os.environ.get("READ_INTERVAL_S", "0.05"))
 STREAMS = int(os.environ.get("STREAMS", "5"))
+# 0: no runs (the load of reading alone, to tell what grows with runs from what grows with reads).
+RUNS = int(os.environ.get("RUNS", "1"))
+DBUS_CALLERS = int(os.environ.get("DBUS_CALLERS", "2"))
 TOKEN = "soak-" + "0123456789abcdef" * 4
 NAME = "org.tinyperf.Agent1"
 PATH = "/org/tinyperf/Agent1"
@@ -316,8 +320,9 @@ def main():
     first_start = agent.start()
     threads = [threading.Thread(target=reader, args=(agent, stats, stop, newest)) for _ in range(READERS)]
     threads += [threading.Thread(target=stream, args=(agent, stats, stop)) for _ in range(STREAMS)]
-    threads += [threading.Thread(target=dbus_caller, args=(agent, stats, stop)) for _ in range(2)]
-    threads += [threading.Thread(target=runner, args=(agent, stats, stop, newest, in_flight))]
+    threads += [threading.Thread(target=dbus_caller, args=(agent, stats, stop)) for _ in range(DBUS_CALLERS)]
+    threads += [threading.Thread(target=runner, args=(agent, stats, stop, newest, in_flight))
+                for _ in range(RUNS)]
     for thread in threads:
         thread.daemon = True
         thread.start()
@@ -329,8 +334,8 @@ def main():
     started = time.monotonic()
     killed, interrupted_run, restart_s = False, None, None
     print(f"soak: agent {exe}, {MINUTES:g} min, {READERS} readers, {STREAMS} event streams, "
-          f"2 D-Bus callers, runs back to back; started in {first_start:.2f} s; samples in {csv_path}",
-          flush=True)
+          f"{DBUS_CALLERS} D-Bus callers, {'runs back to back' if RUNS else 'no runs'}; "
+          f"started in {first_start:.2f} s; samples in {csv_path}", flush=True)
     try:
         while (minute := (time.monotonic() - started) / 60) < MINUTES:
             time.sleep(SAMPLE_S)
