@@ -94,6 +94,7 @@ test-deps: build-deps
 
 fmt-check:
 	$(CARGO) fmt --check
+	$(CARGO) fmt --check --manifest-path fuzz/Cargo.toml
 
 clippy:
 	$(CARGO) clippy --all-targets -- -D warnings

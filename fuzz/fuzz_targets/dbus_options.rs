@@ -11,7 +11,14 @@ use zbus::wire::serialized::{Context, Data};
 use zbus::wire::LE;
 use zbus::OwnedVariant;
 
-const SUITES: [&str; 6] = ["inventory", "acceptance", "health", "smoke", "mlperf-resnet", "external"];
+const SUITES: [&str; 6] = [
+    "inventory",
+    "acceptance",
+    "health",
+    "smoke",
+    "mlperf-resnet",
+    "external",
+];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else {
