@@ -7,18 +7,10 @@ use std::collections::HashMap;
 use libfuzzer_sys::fuzz_target;
 use tinyperf::api::dbus::options_from_dbus;
 use tinyperf::suite::plan::check_options;
+use tinyperf::suite::SUITES;
 use zbus::wire::serialized::{Context, Data};
 use zbus::wire::LE;
 use zbus::OwnedVariant;
-
-const SUITES: [&str; 6] = [
-    "inventory",
-    "acceptance",
-    "health",
-    "smoke",
-    "mlperf-resnet",
-    "external",
-];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else {

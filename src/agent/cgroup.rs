@@ -159,18 +159,13 @@ impl RunCgroup {
         RunCgroup { dir, procs: None }
     }
 
-    /// The group's folder.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// The descriptor a child writes "0" to, to move itself into the group.
     pub fn procs_fd(&self) -> Option<RawFd> {
         self.procs.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// The live processes in the group.
-    pub fn members(&self) -> Vec<i32> {
+    fn members(&self) -> Vec<i32> {
         fs::read_to_string(self.dir.join("cgroup.procs"))
             .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
             .unwrap_or_default()
