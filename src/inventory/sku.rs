@@ -26,7 +26,7 @@ impl fmt::Display for LinkExpectation {
 }
 
 /// What one kind of box should be.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SkuSpec {
     /// The SKU's name in configuration and APIs (`tinybox-green`).
     pub name: &'static str,
@@ -48,7 +48,41 @@ pub struct SkuSpec {
     pub nvme_count: usize,
     /// The link every NVMe drive should train to, at least.
     pub nvme_link: LinkExpectation,
+    /// What the factory line's burn-in holds the box to.
+    pub burn_in: BurnInLimits,
 }
+
+/// The limits of a box's burn-in: how long its full training run may take and how hot
+/// its CPU and GPUs may get at any moment of the run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BurnInLimits {
+    /// The training run's time limit in seconds, before the tolerance; `None` where the
+    /// factory has published none for the box.
+    pub time_limit_s: Option<f64>,
+    /// How far past the time limit still passes, as a fraction (0.05: 5 %).
+    pub time_tolerance: f64,
+    /// The hottest the CPU package may read, in °C.
+    pub cpu_temp_limit_c: f64,
+    /// The hottest any GPU sensor (edge, junction, memory) may read, in °C.
+    pub gpu_temp_limit_c: f64,
+}
+
+impl BurnInLimits {
+    /// The time a training run may take with the tolerance, in seconds.
+    pub fn allowed_time_s(&self) -> Option<f64> {
+        self.time_limit_s
+            .map(|limit| limit * (1.0 + self.time_tolerance))
+    }
+}
+
+/// tinycorp's line: the full training run within its limit plus 5 %, the CPU at or
+/// below 90 °C and every GPU at or below 95 °C for the whole run.
+const FACTORY_BURN_IN: BurnInLimits = BurnInLimits {
+    time_limit_s: None,
+    time_tolerance: 0.05,
+    cpu_temp_limit_c: 90.0,
+    gpu_temp_limit_c: 95.0,
+};
 
 const GEN4_X16: LinkExpectation = LinkExpectation {
     speed: LinkSpeed::gts(160),
@@ -76,6 +110,10 @@ const TINYBOX_GREEN: SkuSpec = SkuSpec {
     cpu_cores: 32,
     nvme_count: 4,
     nvme_link: GEN4_X4,
+    burn_in: BurnInLimits {
+        time_limit_s: Some(11_500.0),
+        ..FACTORY_BURN_IN
+    },
 };
 
 /// Every known kind of box.
@@ -85,6 +123,10 @@ pub static SKUS: &[SkuSpec] = &[
         name: "tinybox-red",
         title: "tinybox red: 6× Radeon RX 7900 XTX",
         gpu_model: "Radeon RX 7900 XTX",
+        burn_in: BurnInLimits {
+            time_limit_s: Some(12_500.0),
+            ..FACTORY_BURN_IN
+        },
         ..TINYBOX_GREEN
     },
     SkuSpec {
@@ -94,6 +136,7 @@ pub static SKUS: &[SkuSpec] = &[
         gpu_count: 4,
         gpu_link: GEN5_X16,
         memory_gib: 192,
+        burn_in: FACTORY_BURN_IN,
         ..TINYBOX_GREEN
     },
 ];
