@@ -1,5 +1,5 @@
-//! GPU runtimes opened at run time: CUDA (cudarc), HIP (ROCm 5 and 6, see [`rocm`]), NVML; and the
-//! telemetry sampled from NVML and hwmon while a run goes.
+//! GPU runtimes opened at run time: CUDA (cudarc), HIP (ROCm 5 and 6, see [`rocm`]), NVML; the
+//! telemetry sampled from NVML and hwmon while a run goes; and the box's BMC ([`bmc`]).
 //!
 //! Every library is optional. A missing library, a driver without a device or a library
 //! without a symbol we need is a finding in the report, never a panic: each runtime is
@@ -7,6 +7,7 @@
 //! resolved, and every call runs under `catch_unwind` because the bindings panic on a
 //! symbol they cannot resolve.
 
+pub mod bmc;
 mod cuda;
 pub mod device_reports;
 mod gpu_probe;
