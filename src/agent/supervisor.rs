@@ -140,6 +140,9 @@ impl Supervisor {
         let options = if suite == crate::suite::external::NAME {
             configured_benchmark(&self.config.benchmarks, options)
                 .map_err(AgentError::InvalidArgs)?
+        } else if suite == crate::suite::burn_in::NAME {
+            configured_burn_in(&self.config.benchmarks, options)
+                .map_err(AgentError::InvalidArgs)?
         } else {
             options
         };
@@ -583,6 +586,22 @@ pub(super) async fn rescan(
     write(&shared.status).sku = sku.clone();
     let _ = shared.events.send(AgentEvent::HardwareChanged { sku });
     Ok(json)
+}
+
+/// A burn-in's options with its training benchmark resolved: one that trains with an
+/// external benchmark names a configured one, exactly as the `external` suite does, and
+/// the rest of its options are its own.
+fn configured_burn_in(
+    benchmarks: &std::collections::BTreeMap<String, Map<String, Value>>,
+    options: Map<String, Value>,
+) -> Result<Map<String, Value>, String> {
+    let (external, mut own) = crate::suite::burn_in::split_options(&options);
+    if external.is_empty() {
+        return Ok(options);
+    }
+    let resolved = configured_benchmark(benchmarks, external)?;
+    own.extend(resolved);
+    Ok(own)
 }
 
 /// The options of an external run the agent starts: only a benchmark configured in

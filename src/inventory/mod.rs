@@ -27,7 +27,7 @@ pub use gpu::{parse_nvidia_version, Gpu, GpuVendor, RebarState, RebarStatus, Vra
 pub use host::{parse_cpuinfo, parse_mem_total, Board, CpuSummary, Host};
 pub use nvme::NvmeController;
 pub use pci::{parse_resource, LinkSpeed, PathLink, PciAddress, PciDevice, PciLink};
-pub use sku::{SkuSpec, SKUS};
+pub use sku::{find as find_sku, BurnInLimits, SkuSpec, DEFAULT_BURN_IN, SKUS};
 
 use crate::record::{Check, Metric, Verdict};
 use crate::runtime::RuntimeReport;

@@ -77,7 +77,7 @@ impl BurnInLimits {
 
 /// tinycorp's line: the full training run within its limit plus 5 %, the CPU at or
 /// below 90 °C and every GPU at or below 95 °C for the whole run.
-const FACTORY_BURN_IN: BurnInLimits = BurnInLimits {
+pub const DEFAULT_BURN_IN: BurnInLimits = BurnInLimits {
     time_limit_s: None,
     time_tolerance: 0.05,
     cpu_temp_limit_c: 90.0,
@@ -112,7 +112,7 @@ const TINYBOX_GREEN: SkuSpec = SkuSpec {
     nvme_link: GEN4_X4,
     burn_in: BurnInLimits {
         time_limit_s: Some(11_500.0),
-        ..FACTORY_BURN_IN
+        ..DEFAULT_BURN_IN
     },
 };
 
@@ -125,7 +125,7 @@ pub static SKUS: &[SkuSpec] = &[
         gpu_model: "Radeon RX 7900 XTX",
         burn_in: BurnInLimits {
             time_limit_s: Some(12_500.0),
-            ..FACTORY_BURN_IN
+            ..DEFAULT_BURN_IN
         },
         ..TINYBOX_GREEN
     },
@@ -136,7 +136,7 @@ pub static SKUS: &[SkuSpec] = &[
         gpu_count: 4,
         gpu_link: GEN5_X16,
         memory_gib: 192,
-        burn_in: FACTORY_BURN_IN,
+        burn_in: DEFAULT_BURN_IN,
         ..TINYBOX_GREEN
     },
 ];
@@ -145,6 +145,7 @@ pub static SKUS: &[SkuSpec] = &[
 /// kernel: 1–3 % of installed memory on these boxes. Up to this much missing passes.
 pub const MEMORY_RESERVED_FRACTION: f64 = 0.05;
 
+/// The SKU named `name` in configuration and APIs.
 pub fn find(name: &str) -> Option<&'static SkuSpec> {
     SKUS.iter().find(|s| s.name == name)
 }

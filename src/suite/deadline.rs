@@ -78,6 +78,7 @@ pub fn stage_deadline(stage: &str, options: &Map<String, Value>) -> Duration {
             .and_then(Value::as_f64)
             .map_or((72 * HOUR) as f64, |t| t + (10 * MINUTE) as f64),
         "mlperf-package" => (30 * MINUTE) as f64,
+        "burn-in-limits" => (5 * MINUTE) as f64,
         "train-throughput" => HOUR as f64,
         "smoke" => (2 * HOUR) as f64,
         // Hours on a tinybox; a CPU-only machine may take days.

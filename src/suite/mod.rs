@@ -15,6 +15,7 @@ pub const SUITES: &[&str] = &[
     "health",
     "smoke",
     "mlperf-resnet",
+    "burn-in",
     "external",
 ];
 
@@ -26,6 +27,7 @@ pub fn is_known_suite(name: &str) -> bool {
     SUITES.contains(&name)
 }
 
+pub mod burn_in;
 pub mod cpu_clock;
 pub mod cpu_gemm;
 pub mod cpu_peak;

@@ -173,6 +173,36 @@ pub const RAMP_SECONDS: OptionSpec = OptionSpec {
     integer: false,
     help: "how long each power-ramp step (1, 2, ... all GPUs at full load) is held (0: off)",
 };
+/// `time_limit_s`: the burn-in's time limit for its training run, in seconds, before
+/// the SKU's tolerance (the SKU's own limit when absent).
+pub const TIME_LIMIT_S: OptionSpec = OptionSpec {
+    key: "time_limit_s",
+    min: 1.0,
+    max: 1_000_000.0,
+    integer: false,
+    help: "the burn-in's time limit for its training run in seconds, before the 5 % tolerance \
+           (the SKU's limit when absent)",
+};
+/// `cpu_temp_limit_c`: the hottest the CPU may get during a burn-in, in °C (the SKU's
+/// limit, 90 °C, when absent).
+pub const CPU_TEMP_LIMIT_C: OptionSpec = OptionSpec {
+    key: "cpu_temp_limit_c",
+    min: 30.0,
+    max: 125.0,
+    integer: false,
+    help: "the hottest the CPU package may read during the burn-in, in °C (the SKU's limit when \
+           absent)",
+};
+/// `gpu_temp_limit_c`: the hottest any GPU sensor may get during a burn-in, in °C (the
+/// SKU's limit, 95 °C, when absent).
+pub const GPU_TEMP_LIMIT_C: OptionSpec = OptionSpec {
+    key: "gpu_temp_limit_c",
+    min: 30.0,
+    max: 125.0,
+    integer: false,
+    help: "the hottest any GPU sensor may read during the burn-in, in °C (the SKU's limit when \
+           absent)",
+};
 /// `throttle_seconds`: how long the throttling check loads every GPU while it watches
 /// clocks and temperatures, in seconds (20 when absent).
 pub const THROTTLE_SECONDS: OptionSpec = OptionSpec {
@@ -353,6 +383,19 @@ pub fn specs(suite: &str) -> &'static [OptionSpec] {
             SYNTH_SIZE,
         ],
         "mlperf-resnet" => &[IMAGE_SIZE, LOADER_THREADS, RUNS],
+        "burn-in" => &[
+            BURN_SECONDS,
+            LINK_LOAD_SECONDS,
+            MEMORY_FRACTION,
+            PULSE_SECONDS,
+            RAMP_SECONDS,
+            THROTTLE_SECONDS,
+            IMAGE_SIZE,
+            LOADER_THREADS,
+            TIME_LIMIT_S,
+            CPU_TEMP_LIMIT_C,
+            GPU_TEMP_LIMIT_C,
+        ],
         _ => &[],
     }
 }
@@ -363,7 +406,7 @@ pub fn text_specs(suite: &str) -> &'static [TextSpec] {
         "acceptance" => &[BACKEND, PRECISION],
         "health" => &[BACKEND],
         "smoke" => &[DATASET, MODEL, BACKEND, SUBMITTER],
-        "mlperf-resnet" => &[DATASET, BACKEND, SUBMITTER],
+        "mlperf-resnet" | "burn-in" => &[DATASET, BACKEND, SUBMITTER],
         _ => &[],
     }
 }
@@ -371,7 +414,7 @@ pub fn text_specs(suite: &str) -> &'static [TextSpec] {
 /// Whether `suite` trains, and so takes the recipe's options (`batch_size`, `base_lr`,
 /// `target_accuracy`, …), which the recipe range-checks itself.
 pub fn takes_recipe(suite: &str) -> bool {
-    matches!(suite, "smoke" | "mlperf-resnet")
+    matches!(suite, "smoke" | "mlperf-resnet" | "burn-in")
 }
 
 fn is_recipe_key(key: &str) -> bool {

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use super::external::{self, ExternalSpec};
 use super::options::{self, DATASET, RUNS};
 use super::{
-    cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_devices, gpu_gemm, gpu_p2p, health,
+    burn_in, cpu_gemm, gpu_allreduce, gpu_bandwidth, gpu_devices, gpu_gemm, gpu_p2p, health,
     inventory_stage, mlperf_package, mlperf_resnet, smoke, train_throughput, training,
 };
 use crate::engine::backend::select::BackendKind;
@@ -118,6 +118,9 @@ pub enum StageKind {
     PowerRamp,
     /// Throttling and temperatures under sustained load.
     Throttling,
+    /// The burn-in's training time and the whole run's temperatures against the box's
+    /// limits.
+    BurnInLimits,
 }
 
 impl StageKind {
@@ -143,6 +146,7 @@ impl StageKind {
             StageKind::PowerPulse => health::pulse_stage::NAME,
             StageKind::PowerRamp => health::ramp_stage::NAME,
             StageKind::Throttling => health::throttle_stage::NAME,
+            StageKind::BurnInLimits => burn_in::LIMITS_STAGE,
         }
     }
 }
@@ -236,6 +240,9 @@ fn check(suite: &str, options: &Map<String, Value>) -> Result<Checked, PlanError
             external: Some(spec),
         });
     }
+    if suite == burn_in::NAME {
+        return check_burn_in(options);
+    }
     options::validate(suite, options).map_err(PlanError)?;
     let recipe = if options::takes_recipe(suite) {
         Some(training::recipe_for(suite, options).map_err(|e| PlanError(e.to_string()))?)
@@ -245,6 +252,50 @@ fn check(suite: &str, options: &Map<String, Value>) -> Result<Checked, PlanError
     Ok(Checked {
         recipe,
         external: None,
+    })
+}
+
+/// A burn-in trains with tinyperf's own recipe, or runs the external benchmark its
+/// options give; recipe keys beside a benchmark would be silently unused, so they are
+/// refused.
+fn check_burn_in(options: &Map<String, Value>) -> Result<Checked, PlanError> {
+    let (external_options, own) = burn_in::split_options(options);
+    options::validate(burn_in::NAME, &own).map_err(PlanError)?;
+    if external_options.is_empty() {
+        let recipe =
+            training::recipe_for(burn_in::NAME, &own).map_err(|e| PlanError(e.to_string()))?;
+        return Ok(Checked {
+            recipe: Some(recipe),
+            external: None,
+        });
+    }
+    let training_keys: Vec<&str> = own
+        .keys()
+        .map(String::as_str)
+        .filter(|key| {
+            crate::engine::recipe::OPTION_KEYS
+                .iter()
+                .any(|o| o.key == *key)
+                || [
+                    options::DATASET.key,
+                    options::IMAGE_SIZE.key,
+                    options::LOADER_THREADS.key,
+                    options::SUBMITTER.key,
+                ]
+                .contains(key)
+        })
+        .collect();
+    if !training_keys.is_empty() {
+        return Err(PlanError(format!(
+            "a burn-in with an external benchmark trains with that benchmark's own settings; \
+             the options {} are for tinyperf's own training",
+            training_keys.join(", ")
+        )));
+    }
+    let spec = external::spec(&external_options).map_err(PlanError)?;
+    Ok(Checked {
+        recipe: None,
+        external: Some(spec),
     })
 }
 
@@ -273,6 +324,23 @@ fn dataset_plan(
                 .or_else(|| workspace.imagenet.clone())
                 .unwrap_or_else(|| PathBuf::from(mlperf_resnet::DEFAULT_DATASET)),
         },
+        burn_in::NAME if burn_in::uses_external(options) => DatasetPlan::None,
+        burn_in::NAME => {
+            let path = named
+                .or_else(|| workspace.imagenet.clone())
+                .unwrap_or_else(|| PathBuf::from(mlperf_resnet::DEFAULT_DATASET));
+            // Hours of health checks before a training run that cannot start would be a
+            // burn-in that proves nothing: refuse before anything runs.
+            if !path.join("train").is_dir() || !path.join("val").is_dir() {
+                return Err(PlanError(format!(
+                    "burn-in trains ResNet-50 on ImageNet, which is not at {} (looked for its \
+                     train/ and val/ folders): put it there, give its path as the dataset \
+                     option, or train with a configured external benchmark (benchmark=NAME)",
+                    path.display()
+                )));
+            }
+            DatasetPlan::Folder { path }
+        }
         _ => DatasetPlan::None,
     })
 }
@@ -287,6 +355,15 @@ pub fn stages_of(suite: &str, options: &Map<String, Value>) -> Option<Vec<StageK
             .collect();
         if runs as usize == crate::mlperf::score::RESULTS_NEEDED {
             stages.push(StageKind::MlperfPackage);
+        }
+        return Some(stages);
+    }
+    if suite == burn_in::NAME && burn_in::uses_external(options) {
+        let mut stages = suite_stages(suite)?;
+        for stage in stages.iter_mut() {
+            if *stage == StageKind::MlperfResnet {
+                *stage = StageKind::External;
+            }
         }
         return Some(stages);
     }
@@ -316,6 +393,18 @@ pub fn suite_stages(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::Throttling,
             StageKind::PowerPulse,
             StageKind::PowerRamp,
+        ]),
+        "burn-in" => Some(vec![
+            StageKind::Inventory,
+            StageKind::KernelMessages,
+            StageKind::GpuCorruption { short: false },
+            StageKind::GpuMemory,
+            StageKind::LinkHealth,
+            StageKind::Throttling,
+            StageKind::PowerPulse,
+            StageKind::PowerRamp,
+            StageKind::MlperfResnet,
+            StageKind::BurnInLimits,
         ]),
         "smoke" => Some(vec![StageKind::Smoke]),
         "mlperf-resnet" => Some(vec![StageKind::MlperfResnet]),

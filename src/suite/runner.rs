@@ -9,16 +9,22 @@ use super::event::WorkerEvent;
 use super::plan::{RunPlan, StageKind};
 use super::stage::StageContext;
 use super::{
-    cpu_gemm, external, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, health, inventory_stage,
-    mlperf_package, mlperf_resnet, smoke, train_throughput,
+    burn_in, cpu_gemm, external, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, health,
+    inventory_stage, mlperf_package, mlperf_resnet, smoke, train_throughput,
 };
 use crate::record::store::Artifact;
 use crate::record::{RunState, StageResult, Verdict};
 use crate::runtime::telemetry::{RecorderConfig, SampleSink, Sources, TelemetryRecorder};
 
-/// Runs one stage.
-fn run_stage(stage: StageKind, ctx: &mut StageContext<'_>) -> StageResult {
+/// Runs one stage; `earlier` are the results of the stages before it in this run.
+fn run_stage(
+    stage: StageKind,
+    ctx: &mut StageContext<'_>,
+    telemetry: &TelemetryRecorder,
+    earlier: &[StageResult],
+) -> StageResult {
     match stage {
+        StageKind::BurnInLimits => burn_in::judge(ctx, &telemetry.run_peaks(), earlier),
         StageKind::Inventory => inventory_stage::run(ctx),
         StageKind::CpuGemm => cpu_gemm::run(ctx),
         StageKind::GpuGemm => gpu_gemm::run(ctx),
@@ -62,7 +68,7 @@ pub fn execute(
         stages: stages.iter().map(|s| s.name().to_string()).collect(),
     });
     let total = stages.len().max(1);
-    let mut verdicts = Vec::new();
+    let mut finished: Vec<StageResult> = Vec::new();
     // A failed run's summary says why: its first failing stage and that stage's word.
     let mut first_failure: Option<String> = None;
     let telemetry = TelemetryRecorder::start(RecorderConfig {
@@ -112,23 +118,25 @@ pub fn execute(
             stage_name: stage.name(),
         };
         telemetry.begin_stage(stage.name());
-        let mut result = run_stage(*stage, &mut ctx);
+        let mut result = run_stage(*stage, &mut ctx, &telemetry, &finished);
         drop(ctx);
         telemetry.end_stage().apply_to(&mut result);
         if let Some(h) = seen_hardware {
             hardware = Some(h);
         }
-        verdicts.push(result.verdict);
         if first_failure.is_none() && matches!(result.verdict, Verdict::Fail | Verdict::Error) {
             first_failure = Some(failure_message(&result));
         }
-        emit(WorkerEvent::StageFinished { result });
+        emit(WorkerEvent::StageFinished {
+            result: result.clone(),
+        });
+        finished.push(result);
     }
     drop(telemetry);
     let (state, message) = if cancel.load(Ordering::Relaxed) {
         (RunState::Cancelled, Some("cancelled".to_string()))
     } else {
-        match Verdict::combine(verdicts) {
+        match Verdict::combine(finished.iter().map(|r| r.verdict)) {
             Verdict::Pass | Verdict::Warn | Verdict::Skip => (RunState::Passed, None),
             Verdict::Fail | Verdict::Error => (RunState::Failed, first_failure),
         }

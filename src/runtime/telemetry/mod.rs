@@ -14,6 +14,7 @@ pub mod hwmon;
 mod limits;
 mod metrics;
 mod nvml;
+mod peaks;
 mod recorder;
 mod sample;
 
@@ -21,6 +22,7 @@ pub use crate::record::{joules_to_kwh, run_energy_j, ENERGY_METRIC};
 pub use energy::{Energy, EnergyMeter, MAX_BRIDGED_GAP_S};
 pub use limits::LimitWatch;
 pub use nvml::throttle_reasons;
+pub use peaks::{GpuPeaks, Peak, ThermalPeaks};
 pub use recorder::{
     RecorderConfig, SampleSink, Sources, StageTelemetry, TelemetryRecorder, DEFAULT_INTERVAL,
 };

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use super::csv::CsvWriter;
 use super::energy::{Energy, EnergyMeter};
 use super::limits::LimitWatch;
+use super::peaks::ThermalPeaks;
 use super::sample::{Sampler, TelemetrySample};
 
 /// Where each sample goes as it is taken, besides the CSV: the worker's event stream,
@@ -93,6 +94,8 @@ struct State {
     meter: EnergyMeter,
     limits: LimitWatch,
     samples: usize,
+    /// Every sensor's hottest reading since the run began, across its stages.
+    peaks: ThermalPeaks,
     /// `None` until the sources have been looked for.
     has_power: Option<bool>,
     /// What the sources' discovery found (no power source, an unreadable library): said
@@ -154,6 +157,11 @@ impl TelemetryRecorder {
             state.samples = 0;
         }
         let _ = self.commands.send(Command::Sample);
+    }
+
+    /// Every sensor's hottest reading in the stages that have ended or are running.
+    pub fn run_peaks(&self) -> ThermalPeaks {
+        lock(&self.state).peaks.clone()
     }
 
     /// Takes the stage's closing sample (waiting a bounded time for it) and returns
@@ -267,6 +275,7 @@ fn sample_loop(config: &RecorderConfig, state: &Mutex<State>, commands: &Receive
             if state.stage.as_deref() == Some(stage.as_str()) {
                 state.meter.add_sample(&sample);
                 state.limits.observe(&sample);
+                state.peaks.observe(&stage, &sample);
                 state.samples += 1;
             }
         }

@@ -3,7 +3,7 @@
 //! trips at the step it cannot carry. Each step's start is written to the run's folder
 //! (`power-ramp.json`) before its load begins, so that after a power trip the next start
 //! of the agent can say at which step the box went dark. A step that logs a serious kernel
-//! message or loses a GPU fails with its GPU count. Off unless `ramp_seconds` is given.
+//! message or loses a GPU fails with its GPU count. Off unless `ramp_seconds` is given, except in `burn-in`, which always ramps.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,7 +86,13 @@ impl RampProgress {
 /// 0, and on the CPU.
 pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let mut report = StageReport::new(NAME);
-    let seconds = options::number(ctx.options(), RAMP_SECONDS, 0.0);
+    // The factory's burn-in always ramps; elsewhere the ramp is asked for.
+    let default_seconds = if ctx.plan.suite == crate::suite::burn_in::NAME {
+        crate::suite::burn_in::DEFAULT_RAMP_SECONDS
+    } else {
+        0.0
+    };
+    let seconds = options::number(ctx.options(), RAMP_SECONDS, default_seconds);
     if seconds <= 0.0 {
         return report.finish_as(
             Verdict::Skip,

@@ -1,0 +1,140 @@
+//! The hottest reading of every sensor over a whole run, with the stage and moment it
+//! came in: what a burn-in holds against its thermal limits.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::sample::TelemetrySample;
+
+/// One sensor's hottest reading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peak {
+    /// The reading, in °C.
+    pub celsius: f64,
+    /// The stage that was running.
+    pub stage: String,
+    /// Seconds since sampling began.
+    pub t_s: f64,
+}
+
+/// The hottest readings of one GPU, a peak per sensor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuPeaks {
+    /// How findings name the GPU: its PCI address, else `gpuN`.
+    pub subject: String,
+    /// The name of the GPU in metrics: `gpu0`.
+    pub device: String,
+    /// Each sensor's label (`edge`, `junction`, `mem`, `gpu`) and its peak.
+    pub sensors: BTreeMap<String, Peak>,
+}
+
+impl GpuPeaks {
+    /// The hottest of the GPU's sensors, with its label.
+    pub fn hottest(&self) -> Option<(&str, &Peak)> {
+        self.sensors
+            .iter()
+            .max_by(|a, b| a.1.celsius.total_cmp(&b.1.celsius))
+            .map(|(label, peak)| (label.as_str(), peak))
+    }
+}
+
+/// The peaks of every sensor seen so far in a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThermalPeaks {
+    /// The CPU package's hottest reading.
+    pub cpu: Option<Peak>,
+    /// Every GPU that reported a temperature, in the order first seen.
+    pub gpus: Vec<GpuPeaks>,
+    /// Samples looked at.
+    pub samples: usize,
+}
+
+impl ThermalPeaks {
+    /// Takes in one sample of `stage`. Readings that are not finite are left out: a
+    /// sensor that reads garbage is not the box running hot.
+    pub fn observe(&mut self, stage: &str, sample: &TelemetrySample) {
+        self.samples += 1;
+        let peak = |celsius: f64| Peak {
+            celsius,
+            stage: stage.to_string(),
+            t_s: sample.t_s,
+        };
+        if let Some(cpu) = sample.cpu_temp_c.filter(|c| c.is_finite()) {
+            if self.cpu.as_ref().is_none_or(|p| cpu > p.celsius) {
+                self.cpu = Some(peak(cpu));
+            }
+        }
+        for gpu in &sample.gpus {
+            let subject = gpu.subject();
+            let index = match self.gpus.iter().position(|g| g.subject == subject) {
+                Some(index) => index,
+                None => {
+                    self.gpus.push(GpuPeaks {
+                        subject,
+                        device: gpu.device(),
+                        sensors: BTreeMap::new(),
+                    });
+                    self.gpus.len() - 1
+                }
+            };
+            let sensors = &mut self.gpus[index].sensors;
+            for temperature in gpu.temperatures.iter().filter(|t| t.celsius.is_finite()) {
+                let hotter = sensors
+                    .get(&temperature.label)
+                    .is_none_or(|p| temperature.celsius > p.celsius);
+                if hotter {
+                    sensors.insert(temperature.label.clone(), peak(temperature.celsius));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::telemetry::{GpuSample, Temperature};
+
+    fn sample(t_s: f64, cpu: f64, junction: f64) -> TelemetrySample {
+        TelemetrySample {
+            t_s,
+            cpu_temp_c: Some(cpu),
+            gpus: vec![GpuSample {
+                index: 0,
+                address: Some("0000:41:00.0".into()),
+                temperatures: vec![
+                    Temperature {
+                        label: "edge".into(),
+                        celsius: junction - 10.0,
+                        limit_c: None,
+                    },
+                    Temperature {
+                        label: "junction".into(),
+                        celsius: junction,
+                        limit_c: Some(110.0),
+                    },
+                ],
+                ..GpuSample::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn the_hottest_reading_of_each_sensor_is_kept_with_its_stage() {
+        let mut peaks = ThermalPeaks::default();
+        peaks.observe("power-ramp", &sample(1.0, 70.0, 80.0));
+        peaks.observe("mlperf-resnet", &sample(2.0, 85.0, 97.5));
+        peaks.observe("mlperf-resnet", &sample(3.0, 60.0, f64::NAN));
+        assert_eq!(peaks.samples, 3);
+        let cpu = peaks.cpu.as_ref().unwrap();
+        assert_eq!((cpu.celsius, cpu.stage.as_str()), (85.0, "mlperf-resnet"));
+        assert_eq!(peaks.gpus.len(), 1);
+        let (label, hottest) = peaks.gpus[0].hottest().unwrap();
+        assert_eq!(label, "junction");
+        assert_eq!(hottest.celsius, 97.5);
+        assert_eq!(hottest.t_s, 2.0);
+        assert_eq!(peaks.gpus[0].sensors["edge"].celsius, 87.5);
+        assert_eq!(peaks.gpus[0].subject, "0000:41:00.0");
+    }
+}
