@@ -207,14 +207,19 @@ async fn a_command_the_config_does_not_name_is_refused_and_nothing_runs() {
     let server = start(&[("known", json!({"command": ["true"]}))]).await;
     let addr = server.addr;
     let line = format!("touch '{}'", marker.display());
-    for options in [
+    // A burn-in trains with an external benchmark on the same terms.
+    let refused = [
         json!({"command": line}),
         json!({"benchmark": "unknown"}),
         json!({"benchmark": "known", "command": line}),
-    ] {
-        let body = json!({"suite": "external", "options": options}).to_string();
+    ];
+    for (suite, options) in ["external", "burn-in"]
+        .into_iter()
+        .flat_map(|suite| refused.iter().map(move |options| (suite, options)))
+    {
+        let body = json!({"suite": suite, "options": options}).to_string();
         let answer = post_json(addr, "/api/v1/runs", Some(TOKEN), &body).await;
-        assert_eq!(answer.status, 400, "{options}: {}", answer.text());
+        assert_eq!(answer.status, 400, "{suite} {options}: {}", answer.text());
         let message = answer.json()["error"]["message"]
             .as_str()
             .unwrap()

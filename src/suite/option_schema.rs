@@ -35,7 +35,7 @@ pub fn schema() -> Value {
             suite,
             number(&options::STAGE_TIMEOUT_S),
         );
-        if suite == super::external::NAME {
+        if suite == super::external::NAME || suite == super::burn_in::NAME {
             add(
                 super::external::BENCHMARK,
                 suite,
@@ -44,6 +44,8 @@ pub fn schema() -> Value {
                     "name of a benchmark configured in tinyperf.toml ([benchmarks.NAME])",
                 ),
             );
+        }
+        if suite == super::external::NAME {
             continue;
         }
         for spec in options::specs(suite) {
