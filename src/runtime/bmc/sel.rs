@@ -308,7 +308,7 @@ pub fn classify(
     let non_critical = has(&["non-critical"]);
     let fan = t == "fan" || name.contains("fan");
     match t.as_str() {
-        "power supply" => {
+        "power supply"
             if has(&[
                 "failure detected",
                 "predictive failure",
@@ -317,11 +317,9 @@ pub fn classify(
                 "out-of-range",
                 "out of range",
                 "config error",
-            ]) || non_recoverable
-                || critical
-            {
-                return Severity::Serious;
-            }
+            ]) =>
+        {
+            return Severity::Serious;
         }
         "memory" => {
             if has(&["uncorrectable"]) {

@@ -135,9 +135,7 @@ pub fn findings(fans: &[FanReading], supplies: &[PsuState]) -> Vec<String> {
             "cr" | "lcr" | "ucr" | "nr" | "lnr" | "unr"
         );
         match fan.rpm {
-            Some(rpm) if rpm == 0.0 => {
-                out.push(format!("fan {} at 0 RPM ({})", fan.name, fan.status))
-            }
+            Some(0.0) => out.push(format!("fan {} at 0 RPM ({})", fan.name, fan.status)),
             Some(rpm) if critical => {
                 out.push(format!("fan {} at {rpm} RPM ({})", fan.name, fan.status))
             }
