@@ -43,6 +43,12 @@ static MODELS: &[ModelEntry] = &[
     model(VENDOR_AMD, 0x744c, Some(0xcc), "Radeon RX 7900 XT"),
     model(VENDOR_AMD, 0x744c, Some(0xce), "Radeon RX 7900 GRE"),
     model(VENDOR_AMD, 0x744c, None, "Radeon RX 7900 series (Navi 31)"),
+    // Navi 48 (gfx1201): libdrm's amdgpu.ids names revision c0 the 9070 XT, c2 the 9070
+    // GRE and c3 the 9070.
+    model(VENDOR_AMD, 0x7550, Some(0xc0), "Radeon RX 9070 XT"),
+    model(VENDOR_AMD, 0x7550, Some(0xc2), "Radeon RX 9070 GRE"),
+    model(VENDOR_AMD, 0x7550, Some(0xc3), "Radeon RX 9070"),
+    model(VENDOR_AMD, 0x7550, None, "Radeon RX 9070 series (Navi 48)"),
     model(VENDOR_AMD, 0x7448, None, "Radeon Pro W7900"),
     model(
         VENDOR_AMD,
@@ -263,7 +269,28 @@ pub struct Gpu {
 pub struct DriverVersions {
     pub amdgpu: Option<String>,
     pub nvidia: Option<String>,
+    /// Which of NVIDIA's two kernel modules is loaded, when procfs tells.
+    pub nvidia_module: Option<NvidiaModule>,
     pub kernel: Option<String>,
+}
+
+/// NVIDIA ships its kernel driver twice, built from different sources: Blackwell's
+/// GeForce cards only work with the open one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvidiaModule {
+    /// The open kernel modules (`… Open Kernel Module for x86_64 …`).
+    Open,
+    /// The closed, proprietary module (`… x86_64 Kernel Module …`).
+    Proprietary,
+}
+
+impl NvidiaModule {
+    fn describe(self) -> &'static str {
+        match self {
+            NvidiaModule::Open => "the open kernel modules",
+            NvidiaModule::Proprietary => "the proprietary kernel module",
+        }
+    }
 }
 
 impl DriverVersions {
@@ -278,11 +305,12 @@ impl DriverVersions {
             "NVIDIA driver version",
             Presence::Optional,
             findings,
-            parse_nvidia_version,
+            |text| Some((parse_nvidia_version(text)?, parse_nvidia_module(text))),
         );
         DriverVersions {
             amdgpu,
-            nvidia,
+            nvidia_module: nvidia.as_ref().and_then(|(_, module)| *module),
+            nvidia: nvidia.map(|(version, _)| version),
             kernel,
         }
     }
@@ -300,23 +328,71 @@ impl DriverVersions {
     }
 }
 
-/// The oldest NVIDIA driver branch each model needs: Blackwell's GeForce cards are only
-/// driven by 570 and later, with the open kernel modules (and CUDA 12.8).
-const NVIDIA_MINIMUM_DRIVER: &[(&str, u32, &str)] = &[
-    (
-        "GeForce RTX 5090",
-        570,
-        "570 or later, with the open kernel modules (CUDA 12.8)",
-    ),
-    ("GeForce RTX 4090", 525, "525 or later (CUDA 12.0)"),
+/// What a model needs of the NVIDIA driver.
+struct NvidiaRequirement {
+    model: &'static str,
+    /// The oldest driver branch that drives it.
+    branch: u32,
+    /// Whether only the open kernel modules drive it.
+    open_modules: bool,
+    /// The requirement in words, for findings.
+    needs: &'static str,
+}
+
+/// Blackwell's GeForce cards are only driven by 570 and later, and only by the open
+/// kernel modules (NVIDIA's 570 release notes; CUDA 12.8).
+const NVIDIA_MINIMUM_DRIVER: &[NvidiaRequirement] = &[
+    NvidiaRequirement {
+        model: "GeForce RTX 5090",
+        branch: 570,
+        open_modules: true,
+        needs: "570 or later, with the open kernel modules (CUDA 12.8)",
+    },
+    NvidiaRequirement {
+        model: "GeForce RTX 4090",
+        branch: 525,
+        open_modules: false,
+        needs: "525 or later (CUDA 12.0)",
+    },
 ];
 
-/// Why the NVIDIA driver `version` (`550.163.01`) cannot drive `model`, naming both.
-pub fn driver_too_old(model: &str, version: &str) -> Option<String> {
-    let (_, minimum, needs) = NVIDIA_MINIMUM_DRIVER.iter().find(|(m, ..)| *m == model)?;
+/// Why the NVIDIA driver `version`, built as `module` where that is known, cannot drive
+/// `model`: too old a branch, or the proprietary module for a card that needs the open
+/// one. Names the driver the model needs and the one the system has.
+pub fn driver_cannot_drive(
+    model: &str,
+    version: &str,
+    module: Option<NvidiaModule>,
+) -> Option<String> {
+    let needs = NVIDIA_MINIMUM_DRIVER.iter().find(|r| r.model == model)?;
     let branch: u32 = version.split('.').next()?.parse().ok()?;
-    (branch < *minimum)
-        .then(|| format!("{model} needs NVIDIA driver {needs}; this system has driver {version}"))
+    let too_old = branch < needs.branch;
+    let wrong_module = needs.open_modules && module == Some(NvidiaModule::Proprietary);
+    if !too_old && !wrong_module {
+        return None;
+    }
+    let has = match module {
+        Some(module) => format!("driver {version} with {}", module.describe()),
+        None => format!("driver {version}"),
+    };
+    Some(format!(
+        "{model} needs NVIDIA driver {}; this system has {has}",
+        needs.needs
+    ))
+}
+
+/// Which kernel module wrote `/proc/driver/nvidia/version`: the open one names itself
+/// `Open Kernel Module`, the proprietary one says only `Kernel Module`.
+pub fn parse_nvidia_module(text: &str) -> Option<NvidiaModule> {
+    let first = text.lines().next()?.strip_prefix("NVRM version:")?;
+    if !first.contains("Kernel Module") {
+        return None;
+    }
+    Some(if first.contains("Open Kernel Module") {
+        NvidiaModule::Open
+    } else {
+        NvidiaModule::Proprietary
+    })
 }
 
 /// The version in `NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.120  Fri …`
@@ -367,7 +443,7 @@ pub fn find_gpus(
             findings.push(format!("GPU {}: no driver bound", device.address));
         }
         if let (Some(model), Some(version)) = (name, drivers.nvidia.as_deref()) {
-            if let Some(finding) = driver_too_old(model, version) {
+            if let Some(finding) = driver_cannot_drive(model, version, drivers.nvidia_module) {
                 findings.push(format!("GPU {}: {finding}", device.address));
             }
         }
@@ -436,12 +512,18 @@ mod tests {
 
     #[test]
     fn a_driver_older_than_the_model_needs_names_both_versions() {
-        let finding = driver_too_old("GeForce RTX 5090", "550.163.01").unwrap();
+        let finding = driver_cannot_drive("GeForce RTX 5090", "550.163.01", None).unwrap();
         assert!(finding.contains("570 or later"), "{finding}");
         assert!(finding.contains("550.163.01"), "{finding}");
-        assert_eq!(driver_too_old("GeForce RTX 5090", "570.124.04"), None);
-        assert_eq!(driver_too_old("GeForce RTX 4090", "550.163.01"), None);
-        assert_eq!(driver_too_old("Radeon RX 7900 XTX", "1.0"), None);
+        assert_eq!(
+            driver_cannot_drive("GeForce RTX 5090", "570.124.04", None),
+            None
+        );
+        assert_eq!(
+            driver_cannot_drive("GeForce RTX 4090", "550.163.01", None),
+            None
+        );
+        assert_eq!(driver_cannot_drive("Radeon RX 7900 XTX", "1.0", None), None);
         assert_eq!(model_name(0x10de, 0x2335, None), Some("H200"));
         assert_eq!(model_name(0x10de, 0xffff, None), None);
     }
@@ -595,5 +677,76 @@ mod tests {
             Some("570.124.04")
         );
         assert_eq!(parse_nvidia_version("garbage"), None);
+    }
+
+    #[test]
+    fn a_5090_on_the_proprietary_module_is_a_finding_even_at_570() {
+        let finding = driver_cannot_drive(
+            "GeForce RTX 5090",
+            "570.124.04",
+            Some(NvidiaModule::Proprietary),
+        )
+        .unwrap();
+        assert_eq!(
+            finding,
+            "GeForce RTX 5090 needs NVIDIA driver 570 or later, with the open kernel modules \
+             (CUDA 12.8); this system has driver 570.124.04 with the proprietary kernel module"
+        );
+        let old = driver_cannot_drive(
+            "GeForce RTX 5090",
+            "550.120",
+            Some(NvidiaModule::Proprietary),
+        )
+        .unwrap();
+        assert!(
+            old.ends_with("this system has driver 550.120 with the proprietary kernel module"),
+            "{old}"
+        );
+        assert_eq!(
+            driver_cannot_drive("GeForce RTX 5090", "570.124.04", Some(NvidiaModule::Open)),
+            None
+        );
+        // The 4090 runs on either module.
+        assert_eq!(
+            driver_cannot_drive(
+                "GeForce RTX 4090",
+                "550.120",
+                Some(NvidiaModule::Proprietary)
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn the_module_is_read_from_the_first_line() {
+        assert_eq!(
+            parse_nvidia_module(
+                "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.124.04  Release Build  (dvs-builder@U16-I3-B03-4-3)  Thu Feb 27 18:37:40 UTC 2025\n"
+            ),
+            Some(NvidiaModule::Open)
+        );
+        assert_eq!(
+            parse_nvidia_module(
+                "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.120  Fri Sep 13 10:10:01 UTC 2024\n"
+            ),
+            Some(NvidiaModule::Proprietary)
+        );
+        assert_eq!(parse_nvidia_module("GCC version: 12\n"), None);
+    }
+
+    #[test]
+    fn navi48_cards_are_told_apart_by_revision() {
+        assert_eq!(
+            model_name(0x1002, 0x7550, Some(0xc0)),
+            Some("Radeon RX 9070 XT")
+        );
+        assert_eq!(
+            model_name(0x1002, 0x7550, Some(0xc3)),
+            Some("Radeon RX 9070")
+        );
+        assert_eq!(
+            model_name(0x1002, 0x7550, Some(0x01)),
+            Some("Radeon RX 9070 series (Navi 48)")
+        );
     }
 }

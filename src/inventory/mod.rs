@@ -14,6 +14,7 @@ mod pci;
 pub mod previous_boot;
 mod read;
 mod render;
+mod rocm;
 mod sku;
 mod units;
 pub mod xid;
@@ -169,6 +170,7 @@ pub fn take(root: &Path, sku: Option<&str>, probe_runtime: bool) -> HardwareRepo
     if let Some(runtime) = &runtime {
         compare_runtime_with_bus(runtime, &gpus, &mut findings);
     }
+    rocm::check(root, &gpus, runtime.as_ref(), &mut findings);
     let nvme = nvme::find_controllers(root, &devices, &mut findings);
     let gpu_addresses: Vec<PciAddress> = gpus.iter().map(|g| g.address).collect();
     let link_errors = aer::link_errors(&gpu_addresses, &devices);
