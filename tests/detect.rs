@@ -73,7 +73,13 @@ fn good_boxes_are_recognised_and_pass() {
     for (name, sku, gpus, model) in [
         ("tinybox-green", "tinybox-green", 6, "GeForce RTX 4090"),
         ("tinybox-red", "tinybox-red", 6, "Radeon RX 7900 XTX"),
-        ("tinybox-5090", "tinybox-5090", 4, "GeForce RTX 5090"),
+        (
+            "tinybox-green-v2",
+            "tinybox-green-v2",
+            4,
+            "GeForce RTX 5090",
+        ),
+        ("tinybox-red-v2", "tinybox-red-v2", 4, "Radeon RX 9070 XT"),
     ] {
         let (report, code) = detect_json(name, &[]);
         assert_eq!(code, 0, "{name}: {:?}", failed_checks(&report));
@@ -157,14 +163,20 @@ fn json_has_every_section() {
 fn nvidia_driver_version_comes_from_procfs() {
     let (green, _) = detect_json("tinybox-green", &[]);
     assert_eq!(green["gpus"][0]["driver_version"], "550.120");
-    let (box5090, _) = detect_json("tinybox-5090", &[]);
+    let (box5090, _) = detect_json("tinybox-green-v2", &[]);
     assert_eq!(box5090["gpus"][0]["driver_version"], "570.124.04");
     assert_eq!(box5090["gpus"][0]["path_link"]["speed_gts"], 32.0);
 }
 
 #[test]
 fn bmc_vga_is_never_a_gpu() {
-    for name in ["tinybox-green", "tinybox-red", "tinybox-5090", "no-gpu"] {
+    for name in [
+        "tinybox-green",
+        "tinybox-red",
+        "tinybox-green-v2",
+        "tinybox-pro",
+        "no-gpu",
+    ] {
         let (report, _) = detect_json(name, &[]);
         let aspeed = report["pci_devices"]
             .as_array()
@@ -455,7 +467,7 @@ fn an_rtx_5090_under_driver_550_is_a_finding_naming_both_versions() {
     let root = tempfile::tempdir().unwrap();
     let copy = Command::new("cp")
         .arg("-a")
-        .arg(fixture("tinybox-5090"))
+        .arg(fixture("tinybox-green-v2"))
         .arg(root.path().join("box"))
         .status()
         .unwrap();
@@ -486,7 +498,7 @@ fn an_rtx_5090_under_driver_550_is_a_finding_naming_both_versions() {
     assert!(findings[0].contains("570 or later"), "{}", findings[0]);
     assert!(findings[0].contains("550.163.01"), "{}", findings[0]);
     // The box's own driver (570) draws no such finding.
-    let (current, _) = detect_json("tinybox-5090", &[]);
+    let (current, _) = detect_json("tinybox-green-v2", &[]);
     assert!(!current.to_string().contains("needs NVIDIA driver"));
 }
 

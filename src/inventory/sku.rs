@@ -30,6 +30,9 @@ impl fmt::Display for LinkExpectation {
 pub struct SkuSpec {
     /// The SKU's name in configuration and APIs (`tinybox-green`).
     pub name: &'static str,
+    /// Other names configuration accepts for it: names it had before, so that existing
+    /// configuration files keep working.
+    pub aliases: &'static [&'static str],
     /// What the page and the CLI call it.
     pub title: &'static str,
     /// Every GPU is this model (a name from the GPU model table).
@@ -101,6 +104,7 @@ const GEN4_X4: LinkExpectation = LinkExpectation {
 /// memory, CPU and drives and differ only in what their specs name.
 const TINYBOX_GREEN: SkuSpec = SkuSpec {
     name: "tinybox-green",
+    aliases: &[],
     title: "tinybox green: 6× GeForce RTX 4090",
     gpu_model: "GeForce RTX 4090",
     gpu_count: 6,
@@ -129,13 +133,42 @@ pub static SKUS: &[SkuSpec] = &[
         },
         ..TINYBOX_GREEN
     },
+    // Known as tinybox-5090 before tinycorp named it; that name stays an alias.
     SkuSpec {
-        name: "tinybox-5090",
-        title: "tinybox with 4× GeForce RTX 5090",
+        name: "tinybox-green-v2",
+        aliases: &["tinybox-5090"],
+        title: "tinybox green v2: 4× GeForce RTX 5090",
         gpu_model: "GeForce RTX 5090",
         gpu_count: 4,
         gpu_link: GEN5_X16,
         memory_gib: 192,
+        burn_in: DEFAULT_BURN_IN,
+        ..TINYBOX_GREEN
+    },
+    // Four 9070 XTs, as summaries of tinygrad.org's spec give it (4× RX 9070 XT, 64 GB of
+    // GPU memory). No published platform was found for it, so the red's is assumed:
+    // ROMED8-2T, 32 cores, 128 GB, four drives; the GPUs held to the red's PCIe 4.0 x16,
+    // which a PCIe 5.0 platform passes too. A real box confirms the rest.
+    SkuSpec {
+        name: "tinybox-red-v2",
+        title: "tinybox red v2: 4× Radeon RX 9070 XT",
+        gpu_model: "Radeon RX 9070 XT",
+        gpu_count: 4,
+        burn_in: DEFAULT_BURN_IN,
+        ..TINYBOX_GREEN
+    },
+    // tinycorp sells it as the tinybox pro v2 (the first pro had 4090s): a rack box with
+    // 8× RTX 5090 on a dual-socket Genoa board (GENOA2D24G-2L+), two 32-core EPYCs and
+    // 384 GB. Its drive count is not published; the tinybox's four are assumed.
+    SkuSpec {
+        name: "tinybox-pro",
+        aliases: &["tinybox-pro-v2"],
+        title: "tinybox pro v2: 8× GeForce RTX 5090",
+        gpu_model: "GeForce RTX 5090",
+        gpu_count: 8,
+        gpu_link: GEN5_X16,
+        memory_gib: 384,
+        cpu_cores: 64,
         burn_in: DEFAULT_BURN_IN,
         ..TINYBOX_GREEN
     },
@@ -145,13 +178,16 @@ pub static SKUS: &[SkuSpec] = &[
 /// kernel: 1–3 % of installed memory on these boxes. Up to this much missing passes.
 pub const MEMORY_RESERVED_FRACTION: f64 = 0.05;
 
-/// The SKU named `name` in configuration and APIs.
+/// The SKU named `name` in configuration and APIs, by its name or one of its aliases.
 pub fn find(name: &str) -> Option<&'static SkuSpec> {
-    SKUS.iter().find(|s| s.name == name)
+    SKUS.iter()
+        .find(|s| s.name == name || s.aliases.contains(&name))
 }
 
-/// Recognises a box by the GPU model most of its GPUs are. `None` for a box without
-/// GPUs, with an unknown majority model, or with a tie; the note says why.
+/// Recognises a box by the GPU model most of its GPUs are and, where several SKUs have
+/// that model, by the GPU count nearest the box's (a pro with a GPU missing is still a
+/// pro, and fails its count). `None` for a box without GPUs, with an unknown majority
+/// model, or with a tie of models or of counts; the note says why.
 pub fn recognise(gpus: &[Gpu]) -> (Option<&'static SkuSpec>, Option<String>) {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for gpu in gpus {
@@ -175,10 +211,34 @@ pub fn recognise(gpus: &[Gpu]) -> (Option<&'static SkuSpec>, Option<String>) {
         );
     }
     let model = leaders[0];
-    match SKUS.iter().find(|s| s.gpu_model == model) {
-        Some(spec) => (Some(spec), None),
-        None => (None, Some(format!("no SKU has {model} GPUs"))),
+    let distance = |spec: &SkuSpec| spec.gpu_count.abs_diff(gpus.len());
+    let Some(nearest) = SKUS
+        .iter()
+        .filter(|s| s.gpu_model == model)
+        .map(distance)
+        .min()
+    else {
+        return (None, Some(format!("no SKU has {model} GPUs")));
+    };
+    let closest: Vec<&'static SkuSpec> = SKUS
+        .iter()
+        .filter(|s| s.gpu_model == model && distance(s) == nearest)
+        .collect();
+    if let [spec] = closest[..] {
+        return (Some(spec), None);
     }
+    let named: Vec<String> = closest
+        .iter()
+        .map(|s| format!("{} ({})", s.name, s.gpu_count))
+        .collect();
+    (
+        None,
+        Some(format!(
+            "no SKU recognised: {} {model} GPUs are as near to each of {}",
+            gpus.len(),
+            named.join(", ")
+        )),
+    )
 }
 
 fn check(
@@ -385,6 +445,7 @@ mod tests {
                 crate::inventory::gpu::model_name(0x10de, 0x2684, None),
                 crate::inventory::gpu::model_name(0x10de, 0x2b85, None),
                 crate::inventory::gpu::model_name(0x1002, 0x744c, Some(0xc8)),
+                crate::inventory::gpu::model_name(0x1002, 0x7550, Some(0xc0)),
             ];
             assert!(known.contains(&Some(spec.gpu_model)), "{}", spec.gpu_model);
         }
@@ -441,5 +502,77 @@ mod tests {
             Verdict::Fail
         );
         assert_eq!(judge_memory(spec, &Host::default()).found, "unknown");
+    }
+
+    #[test]
+    fn aliases_find_their_sku_and_clash_with_no_name() {
+        assert_eq!(
+            find("tinybox-5090").map(|s| s.name),
+            Some("tinybox-green-v2")
+        );
+        assert_eq!(find("tinybox-pro-v2").map(|s| s.name), Some("tinybox-pro"));
+        assert_eq!(
+            find("tinybox-red-v2").map(|s| s.name),
+            Some("tinybox-red-v2")
+        );
+        assert_eq!(find("tinybox-blue"), None);
+        let names: Vec<&str> = SKUS
+            .iter()
+            .flat_map(|s| std::iter::once(s.name).chain(s.aliases.iter().copied()))
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            assert!(!names[i + 1..].contains(name), "{name} twice");
+        }
+    }
+
+    fn rtx_5090s(n: u8) -> Vec<Gpu> {
+        (1..=n)
+            .map(|b| gpu(b, "GeForce RTX 5090", 320, 16, 320))
+            .collect()
+    }
+
+    #[test]
+    fn boxes_of_one_model_are_told_apart_by_the_nearest_count() {
+        let name = |n| recognise(&rtx_5090s(n)).0.map(|s| s.name);
+        assert_eq!(name(4), Some("tinybox-green-v2"));
+        assert_eq!(name(3), Some("tinybox-green-v2"));
+        assert_eq!(name(5), Some("tinybox-green-v2"));
+        assert_eq!(name(8), Some("tinybox-pro"));
+        assert_eq!(name(7), Some("tinybox-pro"));
+        let (spec, note) = recognise(&rtx_5090s(6));
+        assert!(spec.is_none());
+        assert_eq!(
+            note.as_deref(),
+            Some(
+                "no SKU recognised: 6 GeForce RTX 5090 GPUs are as near to each of \
+                 tinybox-green-v2 (4), tinybox-pro (8)"
+            )
+        );
+        // A wrong card in a pro still leaves eight GPUs, most of them 5090s.
+        let mut pro = rtx_5090s(7);
+        pro.push(gpu(9, "GeForce RTX 4090", 160, 16, 160));
+        assert_eq!(recognise(&pro).0.map(|s| s.name), Some("tinybox-pro"));
+        let red_v2: Vec<Gpu> = (1..=4)
+            .map(|b| gpu(b, "Radeon RX 9070 XT", 160, 16, 320))
+            .collect();
+        assert_eq!(recognise(&red_v2).0.map(|s| s.name), Some("tinybox-red-v2"));
+    }
+
+    #[test]
+    fn a_pro_missing_a_gpu_fails_only_its_count() {
+        let spec = find("tinybox-pro").unwrap();
+        let host = Host {
+            memory_bytes: Some(395_839_408 * 1024),
+            cpu_cores: Some(64),
+            ..Host::default()
+        };
+        let mut findings = Findings::default();
+        let checks = judge(spec, &rtx_5090s(7), &host, &[], &mut findings);
+        let failed: Vec<(&str, &str, &str)> = checks
+            .iter()
+            .filter(|c| c.verdict == Verdict::Fail)
+            .map(|c| (c.name.as_str(), c.expected.as_str(), c.found.as_str()))
+            .collect();
+        assert_eq!(failed, [("gpu_count", "8", "7"), ("nvme_count", "4", "0")]);
     }
 }
