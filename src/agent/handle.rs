@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use super::birth::{BoxRecords, BoxSummary};
 use super::error::AgentError;
 use super::events::AgentEvent;
 use super::live::LiveRun;
@@ -26,6 +27,7 @@ pub(super) struct Shared {
     pub live: RwLock<LiveRun>,
     pub events: broadcast::Sender<AgentEvent>,
     pub commands: mpsc::Sender<Command>,
+    pub box_records: Arc<BoxRecords>,
 }
 
 /// A cloneable handle on the running agent.
@@ -195,6 +197,32 @@ impl AgentHandle {
     pub async fn flush_records(&self, limit: std::time::Duration) -> bool {
         let writer = self.shared.writer.clone();
         blocking(move || writer.flush(limit)).await.unwrap_or(false)
+    }
+
+    /// The box's birth record, the box as it is now and what changed since
+    /// (`GET /api/v1/box`), read off the async threads. `NotFound` before a record is
+    /// kept for this box.
+    pub async fn box_record(&self) -> Result<Arc<crate::inventory::birth::BoxView>, AgentError> {
+        let records = self.shared.box_records.clone();
+        let view = blocking(move || records.view())
+            .await?
+            .map_err(|e| AgentError::Internal(e.to_string()))?;
+        if view.record.is_none() {
+            return Err(AgentError::MissingFile(format!(
+                "no record of this box (baseboard serial {}) yet: the agent writes one at its \
+                 first start on a box and after each passed burn-in",
+                view.current
+                    .baseboard_serial
+                    .as_deref()
+                    .unwrap_or("unknown")
+            )));
+        }
+        Ok(view)
+    }
+
+    /// What the status page shows of the box's record; `None` before it was compared.
+    pub fn box_summary(&self) -> Option<BoxSummary> {
+        self.shared.box_records.summary()
     }
 
     /// Every event from now on. A slow reader that falls behind gets `Lagged` and

@@ -1,6 +1,7 @@
 //! The daemon's core: run supervisor (one run at a time, in a worker subprocess),
 //! watchdog, and event fan-out; the front ends in `api` attach to its handle.
 
+pub mod birth;
 pub mod cgroup;
 pub mod config;
 pub mod error;
@@ -101,6 +102,11 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
     };
     let (events, _) = broadcast::channel(1024);
     let (commands, inbox) = mpsc::channel(256);
+    let box_records = Arc::new(birth::BoxRecords::new(
+        options.root.clone(),
+        config.state_dir.clone(),
+    ));
+    birth::start(box_records.clone());
     let shared = Arc::new(Shared {
         store,
         writer,
@@ -111,6 +117,7 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         live: RwLock::new(live::LiveRun::default()),
         events,
         commands: commands.clone(),
+        box_records,
     });
     let supervisor_config = SupervisorConfig {
         worker_exe: options.worker_exe.clone(),

@@ -464,6 +464,7 @@ impl Supervisor {
             .runs_finished
             .entry(record.state.as_str().to_string())
             .or_default() += 1;
+        super::birth::after_run(&self.shared.box_records, &record.suite, record.state);
         self.publish(AgentEvent::RunFinished {
             run_id: record.id.clone(),
             state: record.state,

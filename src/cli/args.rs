@@ -51,6 +51,9 @@ pub enum Command {
     /// Score MLPerf Training ResNet results and write submission packages.
     #[command(subcommand)]
     Mlperf(MlperfCommand),
+    /// The box's birth record: the parts it was accepted with, and what changed since.
+    #[command(subcommand)]
+    Box(BoxCommand),
     /// Print a shell's completion script (bash, zsh, fish, elvish, powershell); `make
     /// install` installs them. Hidden from --help: packaging, not operating the box.
     #[command(hide = true)]
@@ -59,6 +62,36 @@ pub enum Command {
     /// subcommand; `make install` installs them. Hidden from --help like completions.
     #[command(hide = true)]
     Man(ManArgs),
+}
+
+/// `tinyperf box`: the box's birth record.
+#[derive(Debug, Subcommand)]
+pub enum BoxCommand {
+    /// Print the record kept for this box's baseboard serial and what changed since (exit
+    /// status 1 when something did); with --save, write the box as it is now as its
+    /// record.
+    Record(BoxRecordArgs),
+}
+
+/// `tinyperf box record`: where the box is read and where its record is kept.
+#[derive(Debug, Args)]
+pub struct BoxRecordArgs {
+    /// Write the box as it is now as its record (`STATE/box/<serial>.json`), replacing the
+    /// one kept.
+    #[arg(long)]
+    pub save: bool,
+    /// Print `{"record": …, "changes": […], "current": …}` as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Root of the sysfs/procfs tree to read (`DIR/sys`, `DIR/proc`, `DIR/etc`).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// The agent's state folder, where records are kept under `box/`.
+    #[arg(long, default_value = crate::agent::config::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// Do not ask the BMC (through ipmitool) who it is.
+    #[arg(long)]
+    pub no_bmc: bool,
 }
 
 /// `tinyperf completions SHELL`: the shell whose script is printed.

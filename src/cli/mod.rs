@@ -1,6 +1,7 @@
 //! The command line: argument definitions and the D-Bus client commands.
 
 pub mod args;
+pub mod box_record;
 pub mod client;
 pub mod dataset;
 pub mod generate;

@@ -737,18 +737,19 @@ pub(crate) mod tests {
             &[1, 0x17, 0, 2, 0],
             &["ASRockRack", "CH-9"],
         ));
-        let mut cpu = vec![0u8; 0x30 - 4];
-        cpu[0x04 - 4] = 1;
-        cpu[0x07 - 4] = 2;
-        cpu[0x10 - 4] = 3;
-        cpu[0x18 - 4] = 0x41;
-        cpu[0x23 - 4] = 0xff;
-        cpu[0x2a - 4..0x2c - 4].copy_from_slice(&300u16.to_le_bytes());
-        cpu[0x25 - 4] = 64;
+        // Offsets as the specification gives them, header included.
+        let mut cpu = [0u8; 0x30];
+        cpu[0x04] = 1;
+        cpu[0x07] = 2;
+        cpu[0x10] = 3;
+        cpu[0x18] = 0x41;
+        cpu[0x23] = 0xff;
+        cpu[0x2a..0x2c].copy_from_slice(&300u16.to_le_bytes());
+        cpu[0x25] = 64;
         t.extend(structure(
             4,
             4,
-            &cpu,
+            &cpu[4..],
             &[
                 "CPU1",
                 "Advanced Micro Devices, Inc.",

@@ -108,6 +108,10 @@ impl App {
             Endpoint::Healthz => Ok(response::json(StatusCode::OK, &json!({"status": "ok"}))),
             Endpoint::Status => Ok(response::json(StatusCode::OK, &self.handle.status())),
             Endpoint::Hardware => Ok(response::json(StatusCode::OK, &self.handle.hardware())),
+            Endpoint::Box => Ok(response::json(
+                StatusCode::OK,
+                &*self.handle.box_record().await?,
+            )),
             Endpoint::Live => Ok(self
                 .handle
                 .with_live(|live| response::json(StatusCode::OK, live))),
@@ -284,6 +288,7 @@ impl App {
         });
         let health = self.health_verdicts(trend_runs).await;
         let hardware = self.handle.hardware();
+        let box_record = self.handle.box_summary();
         let html = self.handle.with_live(|live| {
             page::home::render(&page::home::PageData {
                 status: &status,
@@ -294,6 +299,7 @@ impl App {
                 health: &health,
                 charts: page::assets::has_charts(),
                 now: Utc::now(),
+                box_record: box_record.as_ref(),
             })
         });
         Ok(page_response(html.into()))

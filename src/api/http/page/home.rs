@@ -19,6 +19,7 @@ use super::live::{self, GpuTile, RecentTelemetry};
 use super::stages::{stage_rows, StageRow};
 use super::svg::SvgFigure;
 use super::text::{ago, duration_or_dash, duration_text, or_dash, seconds_between};
+use crate::agent::birth::BoxSummary;
 use crate::agent::live::LiveRun;
 use crate::agent::{AgentState, StatusSnapshot};
 use crate::record::{RunRecord, Verdict};
@@ -41,6 +42,8 @@ pub struct PageData<'a> {
     pub charts: bool,
     /// The time the page is rendered at, for how long ago things were.
     pub now: DateTime<Utc>,
+    /// The box's birth record and what changed since; `None` before it was compared.
+    pub box_record: Option<&'a BoxSummary>,
 }
 
 #[derive(Template)]
@@ -67,6 +70,25 @@ struct HomePage<'a> {
     checks: Option<Checks>,
     parts: &'a HistoryParts,
     comparison: &'a Comparison,
+    box_record: Option<BoxRecordPart>,
+}
+
+/// The page's "Box record" section.
+struct BoxRecordPart {
+    serial: String,
+    /// When the record was written, and how long ago; `None` before there is one.
+    recorded: Option<String>,
+    changes: Vec<String>,
+}
+
+fn box_record_part(summary: &BoxSummary, now: DateTime<Utc>) -> BoxRecordPart {
+    BoxRecordPart {
+        serial: or_dash(summary.serial.clone()),
+        recorded: summary
+            .recorded_at
+            .map(|t| format!("{} ({})", t.format("%Y-%m-%d %H:%M UTC"), ago(t, now))),
+        changes: summary.changes.clone(),
+    }
 }
 
 struct Running {
@@ -129,6 +151,7 @@ pub fn render(d: &PageData<'_>) -> String {
         checks: hardware::checks(d.hardware),
         parts: d.history,
         comparison: &d.history.comparison,
+        box_record: d.box_record.map(|b| box_record_part(b, d.now)),
     };
     page.render().unwrap_or_else(|e| {
         format!("<!doctype html><title>tinyperf</title><p>the page could not be rendered: {e}</p>")
@@ -250,6 +273,7 @@ mod tests {
             health: &HashMap::new(),
             charts: true,
             now: Utc::now(),
+            box_record: None,
         })
     }
 
@@ -266,6 +290,39 @@ mod tests {
             !html.contains(" style=\""),
             "an inline style would be refused by the policy"
         );
+    }
+
+    #[test]
+    fn the_box_record_section_shows_the_changes_escaped() {
+        let st = status(AgentState::Idle);
+        let summary = BoxSummary {
+            serial: Some("M80<i>".into()),
+            recorded_at: Some(Utc::now() - chrono::Duration::days(3)),
+            changes: vec!["GPU 0000:41:00.0 serial <script>1</script> → 456".into()],
+        };
+        let html = render(&PageData {
+            status: &st,
+            hardware: &json!({}),
+            history: &history_parts(&st.sku, &[], &[], &Prices::default()),
+            current: None,
+            live: &LiveRun::default(),
+            health: &HashMap::new(),
+            charts: true,
+            now: Utc::now(),
+            box_record: Some(&summary),
+        });
+        assert!(html.contains("<section id=\"box-record\">"), "{html}");
+        assert!(
+            html.contains("M80&#60;i&#62;") || html.contains("M80&lt;i&gt;"),
+            "{html}"
+        );
+        assert!(
+            html.contains("serial &#60;script&#62;1") || html.contains("serial &lt;script&gt;1")
+        );
+        assert!(html.contains("3 d"), "{html}");
+        only_own_scripts(&html);
+        let none = page(&st, &json!({}), &[], &LiveRun::default());
+        assert!(none.contains("has not been compared with its record yet"));
     }
 
     #[test]
@@ -424,6 +481,7 @@ mod tests {
             health: &health,
             charts: false,
             now: Utc::now(),
+            box_record: None,
         });
         assert!(html.contains("<dd id=\"epoch\">2 of 10</dd>"), "{html}");
         // 20 steps in 20 s, 80 to go.
