@@ -85,6 +85,11 @@ struct ConfigFile {
     box_price_usd: Option<f64>,
     electricity_usd_per_kwh: Option<f64>,
     front_display_socket: Option<PathBuf>,
+    idle_health_every: Option<String>,
+    idle_health_after: Option<String>,
+    idle_health_suite: Option<String>,
+    idle_health_options: Option<toml::Table>,
+    resume_after_reboot: Option<bool>,
 }
 
 /// The configuration the agent runs with.
@@ -132,6 +137,73 @@ pub struct Config {
     pub electricity_usd_per_kwh: f64,
     /// Where the front display listens; the agent writes to it only when it exists.
     pub front_display_socket: PathBuf,
+    /// The health pass run while the box is idle; `None` (the default) runs none.
+    pub idle_health: Option<IdleHealth>,
+    /// Whether a burn-in that a reboot interrupted is taken up again, after its last
+    /// finished stage, when the agent starts.
+    pub resume_after_reboot: bool,
+}
+
+/// A health pass the agent runs on its own while nobody uses the box.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdleHealth {
+    /// How long after one idle pass the next is due.
+    pub every: Duration,
+    /// How long no run may have ended (or the agent have started) before a pass begins.
+    pub after: Duration,
+    /// The suite the pass runs (`health` unless configured).
+    pub suite: String,
+    /// The pass's options: a short health pass unless configured.
+    pub options: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The default of `idle_health_after`: half an hour without a run.
+pub const DEFAULT_IDLE_HEALTH_AFTER: Duration = Duration::from_secs(30 * 60);
+
+/// The idle pass's options unless `idle_health_options` says: the health suite in
+/// minutes rather than its full length.
+pub fn short_health_options() -> serde_json::Map<String, serde_json::Value> {
+    let mut options = serde_json::Map::new();
+    for (key, value) in [
+        ("burn_seconds", 30.0),
+        ("link_load_seconds", 5.0),
+        ("throttle_seconds", 10.0),
+        ("memory_fraction", 0.25),
+    ] {
+        options.insert(key.into(), value.into());
+    }
+    options
+}
+
+/// A duration as configuration writes it: a number with `s`, `m`, `h` or `d` (`6h`,
+/// `30m`, `90s`), or a plain number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((at, _)) => (&text[..at], &text[at..]),
+        None => (text, "s"),
+    };
+    let scale = match unit.trim() {
+        "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        other => {
+            return Err(format!(
+                "{text:?}: unknown unit {other:?} (use s, m, h or d, as in \"6h\")"
+            ))
+        }
+    };
+    let value: f64 = number.trim().parse().map_err(|_| {
+        format!("{text:?} is not a duration (a number and s, m, h or d, as in \"6h\")")
+    })?;
+    let seconds = value * scale;
+    if !(seconds.is_finite() && seconds > 0.0 && seconds <= 366.0 * 86_400.0) {
+        return Err(format!(
+            "{text:?} must be more than zero and at most a year"
+        ));
+    }
+    Ok(Duration::from_secs_f64(seconds))
 }
 
 impl Default for Config {
@@ -158,6 +230,8 @@ impl Default for Config {
             box_price_usd: None,
             electricity_usd_per_kwh: DEFAULT_ELECTRICITY_USD_PER_KWH,
             front_display_socket: DEFAULT_FRONT_DISPLAY_SOCKET.into(),
+            idle_health: None,
+            resume_after_reboot: true,
         }
     }
 }
@@ -300,6 +374,16 @@ impl Config {
         if let Some(p) = file.front_display_socket {
             config.front_display_socket = p;
         }
+        if let Some(resume) = file.resume_after_reboot {
+            config.resume_after_reboot = resume;
+        }
+        config.idle_health = idle_health(
+            file.idle_health_every,
+            file.idle_health_after,
+            file.idle_health_suite,
+            file.idle_health_options,
+        )
+        .map_err(invalid)?;
         for (name, entry) in file.benchmarks.unwrap_or_default() {
             let serde_json::Value::Object(options) = serde_json::to_value(&entry)
                 .map_err(|e| invalid(format!("benchmarks.{name}: {e}")))?
@@ -312,6 +396,60 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// The idle health pass the `idle_health_*` keys describe; `None` without
+/// `idle_health_every`, which the others need.
+fn idle_health(
+    every: Option<String>,
+    after: Option<String>,
+    suite: Option<String>,
+    options: Option<toml::Table>,
+) -> Result<Option<IdleHealth>, String> {
+    let Some(every) = every.filter(|e| !e.trim().is_empty()) else {
+        if after.is_some() || suite.is_some() || options.is_some() {
+            return Err(
+                "idle_health_after, idle_health_suite and idle_health_options need \
+                        idle_health_every (for example \"6h\")"
+                    .into(),
+            );
+        }
+        return Ok(None);
+    };
+    let every = parse_duration(&every).map_err(|e| format!("idle_health_every = {e}"))?;
+    let after = match after {
+        Some(after) => parse_duration(&after).map_err(|e| format!("idle_health_after = {e}"))?,
+        None => DEFAULT_IDLE_HEALTH_AFTER,
+    };
+    let suite = suite.unwrap_or_else(|| "health".to_string());
+    if !crate::suite::is_known_suite(&suite) {
+        return Err(format!(
+            "idle_health_suite = {suite:?} is not a suite (known: {})",
+            crate::suite::SUITES.join(", ")
+        ));
+    }
+    let options = match options {
+        Some(table) => {
+            let serde_json::Value::Object(options) =
+                serde_json::to_value(&table).map_err(|e| format!("idle_health_options: {e}"))?
+            else {
+                return Err("idle_health_options must be a table".into());
+            };
+            options
+        }
+        None if suite == "health" => short_health_options(),
+        None => serde_json::Map::new(),
+    };
+    if suite != crate::suite::external::NAME {
+        crate::suite::plan::check_options(&suite, &options)
+            .map_err(|e| format!("idle_health_options: {e}"))?;
+    }
+    Ok(Some(IdleHealth {
+        every,
+        after,
+        suite,
+        options,
+    }))
 }
 
 /// A count between `min` and `max`, or an error naming the key.
@@ -358,6 +496,69 @@ mod tests {
             err.to_string().contains("needs the option command"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_idle_health_pass_is_off_unless_configured_and_short_by_default() {
+        assert_eq!(parse("").unwrap().idle_health, None);
+        let c = parse("idle_health_every = \"6h\"").unwrap();
+        let idle = c.idle_health.unwrap();
+        assert_eq!(idle.every, Duration::from_secs(6 * 3600));
+        assert_eq!(idle.after, DEFAULT_IDLE_HEALTH_AFTER);
+        assert_eq!(idle.suite, "health");
+        assert_eq!(idle.options, short_health_options());
+        let c = parse(
+            "idle_health_every = \"90m\"\nidle_health_after = \"45s\"\n\
+             idle_health_suite = \"smoke\"\nidle_health_options = { batch_size = 16 }",
+        )
+        .unwrap();
+        let idle = c.idle_health.unwrap();
+        assert_eq!(
+            (idle.every, idle.after, idle.suite.as_str()),
+            (Duration::from_secs(5400), Duration::from_secs(45), "smoke")
+        );
+        for (text, needle) in [
+            ("idle_health_every = \"6 parsecs\"", "unknown unit"),
+            ("idle_health_every = \"-1h\"", "more than zero"),
+            ("idle_health_every = \"h\"", "not a duration"),
+            ("idle_health_after = \"1h\"", "need idle_health_every"),
+            (
+                "idle_health_every = \"1h\"\nidle_health_suite = \"nap\"",
+                "not a suite",
+            ),
+            (
+                "idle_health_every = \"1h\"\nidle_health_options = { colour = 1 }",
+                "colour",
+            ),
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+        assert!(
+            parse("resume_after_reboot = false")
+                .unwrap()
+                .resume_after_reboot
+                == false
+        );
+        assert!(Config::default().resume_after_reboot);
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        for (text, seconds) in [
+            ("6h", 21_600.0),
+            ("30m", 1800.0),
+            ("90s", 90.0),
+            ("2", 2.0),
+            ("1.5d", 129_600.0),
+            ("0.5 h", 1800.0),
+        ] {
+            assert_eq!(
+                parse_duration(text).unwrap().as_secs_f64(),
+                seconds,
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -102,6 +102,20 @@ impl AgentHandle {
         answer.await.map_err(|_| supervisor_gone())?
     }
 
+    /// Takes up the interrupted run `run_id` as a new run that carries over its finished
+    /// stages. Fails with `Busy` while a run is in progress and with `InvalidArgs` for a
+    /// run that was not interrupted.
+    pub async fn resume(&self, run_id: &str) -> Result<String, AgentError> {
+        check_run_id(run_id)?;
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Resume {
+            run_id: run_id.to_string(),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| supervisor_gone())?
+    }
+
     /// Cancels the run `run_id`: `NotFound` when no such run exists, `InvalidArgs`
     /// when it is not the run in progress.
     pub async fn cancel(&self, run_id: &str) -> Result<(), AgentError> {

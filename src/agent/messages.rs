@@ -21,6 +21,13 @@ pub enum Command {
         /// Gets the new run's id, or why it was not started.
         reply: oneshot::Sender<Result<String, AgentError>>,
     },
+    /// Take up an interrupted run as a new run that carries over its finished stages.
+    Resume {
+        /// The interrupted run.
+        run_id: String,
+        /// Gets the new run's id, or why it was not started.
+        reply: oneshot::Sender<Result<String, AgentError>>,
+    },
     /// Cancel the run in progress.
     Cancel {
         /// The run to cancel; any other id is refused.

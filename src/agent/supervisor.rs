@@ -24,7 +24,7 @@ use crate::record::files;
 use crate::record::store::Artifact;
 use crate::record::{RunRecord, RunState, Trigger};
 use crate::suite::event::WorkerEvent;
-use crate::suite::plan::{self, Workspace};
+use crate::suite::plan::{self, Resume, Workspace};
 
 /// What the supervisor needs to start workers and take inventory.
 #[derive(Debug, Clone)]
@@ -61,7 +61,18 @@ pub(super) struct Supervisor {
     watch: Option<Watchdog>,
     /// Why the watchdog stopped the worker, once it has.
     overdue: Option<String>,
+    /// A start that the scheduled run in progress is stopping for; it starts when that
+    /// run's worker has exited.
+    waiting: Option<StartRequest>,
     commands: mpsc::Sender<Command>,
+}
+
+/// A request to start a run, with where its answer goes.
+struct StartRequest {
+    suite: String,
+    options: Map<String, Value>,
+    trigger: Trigger,
+    reply: tokio::sync::oneshot::Sender<Result<String, AgentError>>,
 }
 
 /// How often the watchdog looks at the worker.
@@ -81,6 +92,7 @@ impl Supervisor {
             worker: None,
             watch: None,
             overdue: None,
+            waiting: None,
             commands,
         }
     }
@@ -104,7 +116,21 @@ impl Supervisor {
                     trigger,
                     reply,
                 } => {
-                    let _ = reply.send(self.start(suite, options, trigger).await);
+                    let request = StartRequest {
+                        suite,
+                        options,
+                        trigger,
+                        reply,
+                    };
+                    if let Some(request) = self.yield_to(request) {
+                        let started = self
+                            .start(request.suite, request.options, request.trigger)
+                            .await;
+                        let _ = request.reply.send(started);
+                    }
+                }
+                Command::Resume { run_id, reply } => {
+                    let _ = reply.send(self.resume(&run_id).await);
                 }
                 Command::Cancel { run_id, reply } => {
                     let _ = reply.send(self.cancel(&run_id));
@@ -126,9 +152,66 @@ impl Supervisor {
                     run_id,
                     outcome,
                     own_status,
-                }) => self.on_exit(&run_id, outcome, own_status),
+                }) => {
+                    self.on_exit(&run_id, outcome, own_status);
+                    self.start_waiting().await;
+                }
             }
         }
+    }
+
+    /// A run the agent scheduled itself (the idle health pass) gives way to anyone's:
+    /// it is cancelled, and `request` waits for its worker to exit (`None` is returned).
+    /// Any other request is handed back to be started or refused as usual. A request
+    /// that would be refused anyway does not stop the scheduled run.
+    fn yield_to(&mut self, request: StartRequest) -> Option<StartRequest> {
+        let scheduled = self
+            .record
+            .as_ref()
+            .filter(|r| r.trigger == Trigger::Schedule && !r.state.is_final())
+            .map(|r| r.id.clone());
+        let Some(run_id) = scheduled.filter(|_| request.trigger != Trigger::Schedule) else {
+            return Some(request);
+        };
+        if self.waiting.is_some() {
+            // One start is already waiting for the scheduled run to stop; this one is
+            // refused as any start during a run is.
+            return Some(request);
+        }
+        let resolved = match request.suite.as_str() {
+            crate::suite::external::NAME => {
+                configured_benchmark(&self.config.benchmarks, request.options.clone()).map(|_| ())
+            }
+            crate::suite::burn_in::NAME => {
+                configured_burn_in(&self.config.benchmarks, request.options.clone()).map(|_| ())
+            }
+            suite => plan::check_options(suite, &request.options).map_err(|e| e.to_string()),
+        };
+        if let Err(why) = resolved {
+            let _ = request.reply.send(Err(AgentError::InvalidArgs(why)));
+            return None;
+        }
+        info!(run = %run_id, suite = %request.suite, trigger = request.trigger.as_str(), "the scheduled run yields to a run asked for");
+        if let Err(e) = self.cancel(&run_id) {
+            warn!(run = %run_id, error = %e, "cannot stop the scheduled run");
+            return Some(request);
+        }
+        self.waiting = Some(request);
+        None
+    }
+
+    /// Starts the run that waited for a scheduled run to stop, once it has.
+    async fn start_waiting(&mut self) {
+        if self.state.current_run().is_some() {
+            return;
+        }
+        let Some(request) = self.waiting.take() else {
+            return;
+        };
+        let started = self
+            .start(request.suite, request.options, request.trigger)
+            .await;
+        let _ = request.reply.send(started);
     }
 
     async fn start(
@@ -137,12 +220,62 @@ impl Supervisor {
         options: Map<String, Value>,
         trigger: Trigger,
     ) -> Result<String, AgentError> {
+        self.start_run(suite, options, trigger, None).await
+    }
+
+    /// Takes up the interrupted run `run_id` as a new run (trigger `resume`) of the same
+    /// suite and options, which carries over the stages it finished.
+    async fn resume(&mut self, run_id: &str) -> Result<String, AgentError> {
+        let store = self.shared.store.clone();
+        let id = run_id.to_string();
+        let (record, dir) = blocking(move || -> Result<_, AgentError> {
+            let record = store.load(&id)?;
+            let dir = store
+                .run_dir(&id)
+                .map_err(|e| AgentError::Internal(e.to_string()))?;
+            Ok((record, dir))
+        })
+        .await??;
+        if record.state != RunState::Interrupted {
+            return Err(AgentError::InvalidArgs(format!(
+                "run {run_id} was not interrupted (it is {})",
+                record.state
+            )));
+        }
+        let mut options = record.options.clone();
+        if options.contains_key(crate::suite::external::BENCHMARK) {
+            // The benchmark is looked up again by its name, as the configuration has it now.
+            options.retain(|key, _| {
+                key == crate::suite::external::BENCHMARK
+                    || !crate::suite::burn_in::EXTERNAL_KEYS.contains(&key.as_str())
+            });
+        }
+        let resume = Resume {
+            from_run: record.id.clone(),
+            carried: record.stages.clone(),
+            telemetry: Some(dir.join(Artifact::Telemetry.file_name())),
+        };
+        self.start_run(
+            record.suite.clone(),
+            options,
+            Trigger::Resume,
+            Some((resume, record)),
+        )
+        .await
+    }
+
+    async fn start_run(
+        &mut self,
+        suite: String,
+        options: Map<String, Value>,
+        trigger: Trigger,
+        resume: Option<(Resume, RunRecord)>,
+    ) -> Result<String, AgentError> {
         let options = if suite == crate::suite::external::NAME {
             configured_benchmark(&self.config.benchmarks, options)
                 .map_err(AgentError::InvalidArgs)?
         } else if suite == crate::suite::burn_in::NAME {
-            configured_burn_in(&self.config.benchmarks, options)
-                .map_err(AgentError::InvalidArgs)?
+            configured_burn_in(&self.config.benchmarks, options).map_err(AgentError::InvalidArgs)?
         } else {
             options
         };
@@ -151,7 +284,7 @@ impl Supervisor {
             cache_budget: self.config.dataset_cache,
             imagenet: Some(self.config.dataset.clone()),
         };
-        let plan = plan::preflight(&suite, options, workspace)
+        let mut plan = plan::preflight(&suite, options, workspace)
             .map_err(|e| AgentError::InvalidArgs(e.to_string()))?;
         if let Some(current) = self.state.current_run() {
             return Err(AgentError::Busy(current.to_string()));
@@ -166,6 +299,32 @@ impl Supervisor {
         let mut record =
             RunRecord::new(run_id.clone(), suite.clone(), trigger, plan.options.clone());
         record.hardware = read(&self.shared.hardware).json.clone();
+        if let Some((resume, interrupted)) = resume {
+            let carried: Vec<&str> = resume
+                .carried
+                .iter()
+                .map(|stage| stage.name.as_str())
+                .filter(|name| *name != crate::suite::inventory_stage::NAME)
+                .collect();
+            record.summary.findings.push(format!(
+                "takes up run {} (started {}), which was interrupted: {}; carried over as they \
+                 ended: {}",
+                interrupted.id,
+                interrupted.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                interrupted
+                    .summary
+                    .message
+                    .as_deref()
+                    .unwrap_or("no cause recorded"),
+                if carried.is_empty() {
+                    "no stage".to_string()
+                } else {
+                    carried.join(", ")
+                }
+            ));
+            record.resumed_from = Some(resume.from_run.clone());
+            plan.resume = Some(resume);
+        }
         let needed = plan.dataset_bytes_needed();
         let plan_json = serde_json::to_string(&plan)
             .map_err(|e| AgentError::Internal(format!("cannot hand the plan to a worker: {e}")))?;
@@ -442,6 +601,18 @@ impl Supervisor {
         };
         if !record.state.is_final() || record.state != state {
             record.finish(state, message);
+        }
+        if let Some(waiting) = self
+            .waiting
+            .as_ref()
+            .filter(|_| record.state == RunState::Cancelled)
+        {
+            // Not a failure of the box: somebody wanted it.
+            record.summary.message = Some(format!(
+                "cancelled: gave way to {}, asked for over {}",
+                waiting.suite,
+                waiting.trigger.as_str()
+            ));
         }
         // The writer puts the record in the index at once and on disk as soon as the
         // disk takes it; old runs are pruned after it is written.

@@ -52,6 +52,9 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
         prices,
     ));
     crate::agent::front_display::spawn(handle.clone(), config.front_display_socket.clone());
+    if let Some(schedule) = config.idle_health.clone() {
+        crate::agent::idle::spawn(handle.clone(), schedule);
+    }
 
     info!(http = %http_addr, bus = %bus, state_dir = %config.state_dir.display(), "agent ready");
     // Scripts and tests read this line to learn the bound address.
@@ -59,7 +62,22 @@ pub async fn run(options: AgentOptions, bus: BusChoice) -> anyhow::Result<()> {
     notify::ready(&format!("serving on {http_addr}"));
     notify::spawn_watchdog();
 
-    if let Some(suite) = &config.boot_suite {
+    let resumed = if config.resume_after_reboot {
+        match crate::agent::resume::resume_interrupted(&handle).await {
+            Some(Ok(id)) => {
+                info!(run = %id, "an interrupted run is taken up");
+                true
+            }
+            Some(Err(e)) => {
+                warn!(error = %e, "cannot take up the interrupted run");
+                false
+            }
+            None => false,
+        }
+    } else {
+        false
+    };
+    if let Some(suite) = config.boot_suite.as_ref().filter(|_| !resumed) {
         match handle
             .start(suite, config.boot_options.clone(), Trigger::Boot)
             .await

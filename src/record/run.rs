@@ -70,6 +70,10 @@ pub enum Trigger {
     Http,
     /// `tinyperf run` on the command line.
     Cli,
+    /// The agent's own schedule: a health pass while the box is idle.
+    Schedule,
+    /// The agent at start, taking up a run that a reboot interrupted.
+    Resume,
 }
 
 impl Trigger {
@@ -80,6 +84,8 @@ impl Trigger {
             Trigger::Dbus => "dbus",
             Trigger::Http => "http",
             Trigger::Cli => "cli",
+            Trigger::Schedule => "schedule",
+            Trigger::Resume => "resume",
         }
     }
 }
@@ -314,6 +320,9 @@ pub struct RunRecord {
     /// Its conclusion.
     #[serde(default)]
     pub summary: Summary,
+    /// The interrupted run this one took up, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<String>,
 }
 
 impl RunRecord {
@@ -330,6 +339,7 @@ impl RunRecord {
             hardware: Value::Null,
             stages: Vec::new(),
             summary: Summary::default(),
+            resumed_from: None,
         }
     }
 

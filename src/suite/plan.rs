@@ -18,6 +18,7 @@ use super::{
 use crate::engine::backend::select::BackendKind;
 use crate::engine::data::{synth_cache, SynthSpec};
 use crate::engine::recipe::Recipe;
+use crate::record::StageResult;
 
 /// The size budget of the generated datasets in a cache folder unless configured.
 pub const DEFAULT_CACHE_BUDGET_BYTES: u64 = synth_cache::DEFAULT_BUDGET_BYTES;
@@ -170,6 +171,20 @@ pub struct RunPlan {
     pub dataset: DatasetPlan,
     /// The cache folder and ImageNet path the plan was made for.
     pub workspace: Workspace,
+    /// The interrupted run this one takes up, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<Resume>,
+}
+
+/// What a run taking up an interrupted one carries over from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Resume {
+    /// The interrupted run's id.
+    pub from_run: String,
+    /// Its finished stages, as they ended: they are not run again.
+    pub carried: Vec<StageResult>,
+    /// Its `telemetry.csv`, whose temperatures count toward this run's peaks.
+    pub telemetry: Option<PathBuf>,
 }
 
 impl RunPlan {
@@ -204,6 +219,7 @@ pub fn preflight(
         dataset,
         workspace,
         options,
+        resume: None,
     })
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::event::WorkerEvent;
-use super::plan::{RunPlan, StageKind};
+use super::plan::{Resume, RunPlan, StageKind};
 use super::stage::StageContext;
 use super::{
     burn_in, cpu_gemm, external, gpu_allreduce, gpu_bandwidth, gpu_gemm, gpu_p2p, health,
@@ -14,7 +14,9 @@ use super::{
 };
 use crate::record::store::Artifact;
 use crate::record::{RunState, StageResult, Verdict};
-use crate::runtime::telemetry::{RecorderConfig, SampleSink, Sources, TelemetryRecorder};
+use crate::runtime::telemetry::{
+    csv, RecorderConfig, SampleSink, Sources, TelemetryRecorder, ThermalPeaks,
+};
 
 /// Runs one stage; `earlier` are the results of the stages before it in this run.
 fn run_stage(
@@ -81,6 +83,9 @@ pub fn execute(
         sources: Sources::All,
         sink: env.telemetry_sink.clone(),
     });
+    if let Some(resume) = &plan.resume {
+        telemetry.include_peaks(&earlier_peaks(resume));
+    }
     let mut epochs = super::epoch_log::EpochLog::in_run_dir(env.run_dir.as_deref());
     // Later stages judge the box by the inventory an earlier stage took.
     let mut hardware: Option<serde_json::Value> = None;
@@ -93,6 +98,13 @@ pub fn execute(
             index,
             total,
         });
+        if let Some(result) = carried_result(plan, *stage) {
+            emit(WorkerEvent::StageFinished {
+                result: result.clone(),
+            });
+            finished.push(result);
+            continue;
+        }
         let mut seen_hardware = None;
         let mut forward = |event: WorkerEvent| {
             match &event {
@@ -146,6 +158,45 @@ pub fn execute(
         message: message.clone(),
     });
     state
+}
+
+/// The result `stage` ended with in the interrupted run this one takes up, marked as
+/// such; `None` for a stage to run. The inventory is always taken again: the box that
+/// comes back from a reboot is the one later stages are judged on.
+fn carried_result(plan: &RunPlan, stage: StageKind) -> Option<StageResult> {
+    if stage == StageKind::Inventory {
+        return None;
+    }
+    let resume = plan.resume.as_ref()?;
+    let mut result = resume
+        .carried
+        .iter()
+        .find(|r| r.name == stage.name())?
+        .clone();
+    result.findings.push(format!(
+        "carried over from run {}, which a reboot interrupted after this stage",
+        resume.from_run
+    ));
+    Some(result)
+}
+
+/// The temperatures the interrupted run recorded before it stopped; none when its file
+/// is gone or unreadable, which the peaks then simply leave out.
+fn earlier_peaks(resume: &Resume) -> ThermalPeaks {
+    let Some(path) = &resume.telemetry else {
+        return ThermalPeaks::default();
+    };
+    match std::fs::read_to_string(path).map(|text| csv::parse(&text)) {
+        Ok(Ok(rows)) => ThermalPeaks::from_rows(&rows),
+        Ok(Err(e)) => {
+            tracing::warn!(path = %path.display(), error = %e, "the interrupted run's telemetry is unreadable");
+            ThermalPeaks::default()
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read the interrupted run's telemetry");
+            ThermalPeaks::default()
+        }
+    }
 }
 
 /// Why a stage failed, in one line: its name, verdict and message, else its first

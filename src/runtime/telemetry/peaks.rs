@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::csv::{CsvRow, CPU_DEVICE};
 use super::sample::TelemetrySample;
 
 /// One sensor's hottest reading.
@@ -51,6 +52,91 @@ pub struct ThermalPeaks {
 }
 
 impl ThermalPeaks {
+    /// The peaks of the rows of a `telemetry.csv` (an earlier run's, taken up again).
+    /// The file does not say which sensor its `temp_c` is: amdgpu's `edge` where the
+    /// row has a junction or memory reading, else NVML's `gpu`.
+    pub fn from_rows(rows: &[CsvRow]) -> ThermalPeaks {
+        let mut peaks = ThermalPeaks::default();
+        let mut times: Vec<f64> = Vec::new();
+        for row in rows {
+            if times.last() != Some(&row.time_s) {
+                times.push(row.time_s);
+            }
+            let peak = |celsius: f64| Peak {
+                celsius,
+                stage: row.stage.clone(),
+                t_s: row.time_s,
+            };
+            if row.device == CPU_DEVICE {
+                if let Some(cpu) = row.temp_c.filter(|c| c.is_finite()) {
+                    if peaks.cpu.as_ref().is_none_or(|p| cpu > p.celsius) {
+                        peaks.cpu = Some(peak(cpu));
+                    }
+                }
+                continue;
+            }
+            let own_label = if row.junction_temp_c.is_some() || row.mem_temp_c.is_some() {
+                "edge"
+            } else {
+                "gpu"
+            };
+            let readings = [
+                (own_label, row.temp_c),
+                ("junction", row.junction_temp_c),
+                ("mem", row.mem_temp_c),
+            ];
+            let subject = row.address.clone().unwrap_or_else(|| row.device.clone());
+            let gpu = peaks.gpu_entry(&subject, &row.device);
+            for (label, reading) in readings {
+                let Some(celsius) = reading.filter(|c| c.is_finite()) else {
+                    continue;
+                };
+                if gpu.sensors.get(label).is_none_or(|p| celsius > p.celsius) {
+                    gpu.sensors.insert(label.to_string(), peak(celsius));
+                }
+            }
+        }
+        peaks.samples = times.len();
+        peaks
+    }
+
+    /// Takes in `other`'s peaks as if its samples had been observed here.
+    pub fn merge(&mut self, other: &ThermalPeaks) {
+        self.samples += other.samples;
+        if let Some(cpu) = &other.cpu {
+            if self.cpu.as_ref().is_none_or(|p| cpu.celsius > p.celsius) {
+                self.cpu = Some(cpu.clone());
+            }
+        }
+        for theirs in &other.gpus {
+            let gpu = self.gpu_entry(&theirs.subject, &theirs.device);
+            for (label, peak) in &theirs.sensors {
+                if gpu
+                    .sensors
+                    .get(label)
+                    .is_none_or(|p| peak.celsius > p.celsius)
+                {
+                    gpu.sensors.insert(label.clone(), peak.clone());
+                }
+            }
+        }
+    }
+
+    fn gpu_entry(&mut self, subject: &str, device: &str) -> &mut GpuPeaks {
+        let index = match self.gpus.iter().position(|g| g.subject == subject) {
+            Some(index) => index,
+            None => {
+                self.gpus.push(GpuPeaks {
+                    subject: subject.to_string(),
+                    device: device.to_string(),
+                    sensors: BTreeMap::new(),
+                });
+                self.gpus.len() - 1
+            }
+        };
+        &mut self.gpus[index]
+    }
+
     /// Takes in one sample of `stage`. Readings that are not finite are left out: a
     /// sensor that reads garbage is not the box running hot.
     pub fn observe(&mut self, stage: &str, sample: &TelemetrySample) {
@@ -66,19 +152,7 @@ impl ThermalPeaks {
             }
         }
         for gpu in &sample.gpus {
-            let subject = gpu.subject();
-            let index = match self.gpus.iter().position(|g| g.subject == subject) {
-                Some(index) => index,
-                None => {
-                    self.gpus.push(GpuPeaks {
-                        subject,
-                        device: gpu.device(),
-                        sensors: BTreeMap::new(),
-                    });
-                    self.gpus.len() - 1
-                }
-            };
-            let sensors = &mut self.gpus[index].sensors;
+            let sensors = &mut self.gpu_entry(&gpu.subject(), &gpu.device()).sensors;
             for temperature in gpu.temperatures.iter().filter(|t| t.celsius.is_finite()) {
                 let hotter = sensors
                     .get(&temperature.label)
@@ -136,5 +210,27 @@ mod tests {
         assert_eq!(hottest.t_s, 2.0);
         assert_eq!(peaks.gpus[0].sensors["edge"].celsius, 87.5);
         assert_eq!(peaks.gpus[0].subject, "0000:41:00.0");
+    }
+
+    #[test]
+    fn an_earlier_runs_telemetry_file_counts_toward_the_peaks() {
+        let mut text = crate::runtime::telemetry::csv::HEADER.join(",");
+        text.push('\n');
+        text.push_str(&crate::runtime::telemetry::csv::rows(
+            "gpu-memory",
+            &sample(5.0, 91.0, 99.0),
+        ));
+        let rows = crate::runtime::telemetry::csv::parse(&text).unwrap();
+        let earlier = ThermalPeaks::from_rows(&rows);
+        assert_eq!(earlier.cpu.as_ref().unwrap().celsius, 91.0);
+        assert_eq!(earlier.gpus[0].sensors["junction"].celsius, 99.0);
+        assert_eq!(earlier.gpus[0].sensors["edge"].stage, "gpu-memory");
+        let mut peaks = ThermalPeaks::default();
+        peaks.observe("mlperf-resnet", &sample(2.0, 70.0, 80.0));
+        peaks.merge(&earlier);
+        assert_eq!(peaks.samples, 2);
+        assert_eq!(peaks.cpu.as_ref().unwrap().stage, "gpu-memory");
+        let (label, hottest) = peaks.gpus[0].hottest().unwrap();
+        assert_eq!((label, hottest.celsius), ("junction", 99.0));
     }
 }

@@ -164,6 +164,11 @@ impl TelemetryRecorder {
         lock(&self.state).peaks.clone()
     }
 
+    /// Counts `earlier` (the peaks of a run this one takes up) toward the run's peaks.
+    pub fn include_peaks(&self, earlier: &ThermalPeaks) {
+        lock(&self.state).peaks.merge(earlier);
+    }
+
     /// Takes the stage's closing sample (waiting a bounded time for it) and returns
     /// what the stage's samples came to.
     pub fn end_stage(&self) -> StageTelemetry {
