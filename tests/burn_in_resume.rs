@@ -120,6 +120,7 @@ fn a_burn_in_interrupted_in_its_training_resumes_after_its_last_finished_stage()
         [
             "inventory",
             "kernel-messages",
+            "gpu-gemm",
             "gpu-corruption",
             "gpu-memory",
             "link-health",
@@ -149,9 +150,9 @@ fn a_burn_in_interrupted_in_its_training_resumes_after_its_last_finished_stage()
             assert_eq!(stage["started_at"], earlier["started_at"], "{name}");
         }
     }
-    let external = &resumed["stages"][8];
+    let external = &resumed["stages"][9];
     assert_eq!(external["verdict"], "pass", "{external:#}");
-    let limits = &resumed["stages"][9];
+    let limits = &resumed["stages"][10];
     let time = limits["checks"]
         .as_array()
         .unwrap()

@@ -462,6 +462,7 @@ mod tests {
             [
                 "inventory",
                 "kernel-messages",
+                "gpu-gemm",
                 "gpu-corruption",
                 "gpu-memory",
                 "link-health",
@@ -481,7 +482,7 @@ mod tests {
             unreachable!()
         };
         let plan = preflight(NAME, options.clone(), Workspace::for_run(None, None)).unwrap();
-        assert_eq!(plan.stages[8].name(), "external");
+        assert_eq!(plan.stages[9].name(), "external");
         assert!(plan.external.is_some() && plan.recipe.is_none());
         let mut with_recipe = options;
         with_recipe.insert("base_lr".into(), json!(2.0));

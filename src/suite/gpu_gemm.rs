@@ -1,7 +1,9 @@
-//! The `gpu-gemm` stage of `acceptance`: fp16 and f32 matmul TFLOP/s of every GPU under
-//! a few seconds of sustained load, against its model's published peak, and how much the
-//! products slowed from the start of the load to its end.
+//! The `gpu-gemm` stage of `acceptance` and `health`: fp16 and f32 matmul TFLOP/s of every
+//! GPU under a few seconds of sustained load, against its model's published peak and the
+//! GPU's own recent figures, and how much the products slowed from the start of the load
+//! to its end.
 
+use super::gemm_trend;
 use super::gpu_devices::model_peak;
 use super::options::{self, GPU_GEMM_SECONDS, GPU_GEMM_SIZE, GPU_MIN_FRACTION};
 use super::stage::{StageContext, StageReport};
@@ -32,6 +34,11 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
     let min_fraction = options::number(ctx.options(), GPU_MIN_FRACTION, DEFAULT_MIN_FRACTION);
     let seconds = options::number(ctx.options(), GPU_GEMM_SECONDS, DEFAULT_SECONDS);
     let backends = open_gpus_or_finish!(ctx, report);
+    let history = ctx
+        .run_dir
+        .as_deref()
+        .map(|dir| gemm_trend::earlier_figures(dir, NAME))
+        .unwrap_or_default();
     let total = backends.len() * 2;
     let mut summary = Vec::new();
     for (i, backend) in backends.iter().enumerate() {
@@ -95,6 +102,14 @@ pub fn run(ctx: &mut StageContext<'_>) -> StageResult {
                 address.as_deref(),
             );
             summary.push(format!("GPU {i} {label} {tflops:.1}"));
+            if let Some(subject) = address.as_deref() {
+                let earlier = history
+                    .get(&(subject.to_string(), label.to_string()))
+                    .map_or(&[][..], Vec::as_slice);
+                report
+                    .checks
+                    .extend(gemm_trend::judge(subject, label, tflops, earlier));
+            }
             let Some(peak) = peak else {
                 continue;
             };

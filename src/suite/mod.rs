@@ -32,6 +32,7 @@ pub mod cpu_clock;
 pub mod cpu_gemm;
 pub mod cpu_peak;
 pub mod external;
+pub mod gemm_trend;
 pub mod gpu_allreduce;
 pub mod gpu_bandwidth;
 pub mod gpu_devices;

@@ -403,6 +403,7 @@ pub fn suite_stages(suite: &str) -> Option<Vec<StageKind>> {
         "health" => Some(vec![
             StageKind::Inventory,
             StageKind::KernelMessages,
+            StageKind::GpuGemm,
             StageKind::GpuCorruption { short: false },
             StageKind::GpuMemory,
             StageKind::LinkHealth,
@@ -413,6 +414,7 @@ pub fn suite_stages(suite: &str) -> Option<Vec<StageKind>> {
         "burn-in" => Some(vec![
             StageKind::Inventory,
             StageKind::KernelMessages,
+            StageKind::GpuGemm,
             StageKind::GpuCorruption { short: false },
             StageKind::GpuMemory,
             StageKind::LinkHealth,
@@ -500,6 +502,7 @@ mod tests {
             [
                 "inventory",
                 "kernel-messages",
+                "gpu-gemm",
                 "gpu-corruption",
                 "gpu-memory",
                 "link-health",
