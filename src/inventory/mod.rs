@@ -5,6 +5,7 @@
 //! a file that cannot be read or parsed becomes a finding that names it.
 
 pub mod aer;
+pub mod birth;
 mod config_space;
 mod gpu;
 mod host;
@@ -16,6 +17,7 @@ mod read;
 mod render;
 mod rocm;
 mod sku;
+pub mod smbios;
 mod units;
 pub mod xid;
 
