@@ -535,10 +535,9 @@ mod tests {
             assert!(err.contains(needle), "{text}: {err}");
         }
         assert!(
-            parse("resume_after_reboot = false")
+            !parse("resume_after_reboot = false")
                 .unwrap()
                 .resume_after_reboot
-                == false
         );
         assert!(Config::default().resume_after_reboot);
     }
