@@ -286,7 +286,7 @@ mod tests {
 
     use super::*;
     use crate::runtime::telemetry::GpuPeaks;
-    use crate::suite::plan::{preflight, RunPlan, Workspace};
+    use crate::suite::plan::{preflight, RunPlan, StageKind, Workspace};
 
     fn peak(celsius: f64) -> Peak {
         Peak {
@@ -456,23 +456,10 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("imagenet/train")).unwrap();
         std::fs::create_dir_all(dir.path().join("imagenet/val")).unwrap();
         let plan = preflight(NAME, Map::new(), workspace).unwrap();
-        let names: Vec<&str> = plan.stages.iter().map(|s| s.name()).collect();
-        assert_eq!(
-            names,
-            [
-                "inventory",
-                "kernel-messages",
-                "gpu-gemm",
-                "gpu-corruption",
-                "gpu-memory",
-                "link-health",
-                "throttling",
-                "power-pulse",
-                "power-ramp",
-                "mlperf-resnet",
-                "burn-in-limits"
-            ]
-        );
+        let mut expected = crate::suite::plan::suite_stages("health").unwrap();
+        expected.extend([StageKind::MlperfResnet, StageKind::BurnInLimits]);
+        assert_eq!(plan.stages, expected);
+        assert_eq!(plan.stages.last().unwrap().name(), LIMITS_STAGE);
         assert!(plan.recipe.is_some());
     }
 

@@ -411,19 +411,11 @@ pub fn suite_stages(suite: &str) -> Option<Vec<StageKind>> {
             StageKind::PowerPulse,
             StageKind::PowerRamp,
         ]),
-        "burn-in" => Some(vec![
-            StageKind::Inventory,
-            StageKind::KernelMessages,
-            StageKind::GpuGemm,
-            StageKind::GpuCorruption { short: false },
-            StageKind::GpuMemory,
-            StageKind::LinkHealth,
-            StageKind::Throttling,
-            StageKind::PowerPulse,
-            StageKind::PowerRamp,
-            StageKind::MlperfResnet,
-            StageKind::BurnInLimits,
-        ]),
+        // The whole health suite, then the training run it exists for, then its judge.
+        "burn-in" => suite_stages("health").map(|mut stages| {
+            stages.extend([StageKind::MlperfResnet, StageKind::BurnInLimits]);
+            stages
+        }),
         "smoke" => Some(vec![StageKind::Smoke]),
         "mlperf-resnet" => Some(vec![StageKind::MlperfResnet]),
         "external" => Some(vec![StageKind::External]),
