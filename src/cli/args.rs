@@ -80,7 +80,7 @@ pub struct BoxRecordArgs {
     /// one kept.
     #[arg(long)]
     pub save: bool,
-    /// Print `{"record": …, "changes": […], "current": …}` as JSON.
+    /// Print `{"record": ..., "changes": [...], "current": ...}` as JSON.
     #[arg(long)]
     pub json: bool,
     /// Root of the sysfs/procfs tree to read (`DIR/sys`, `DIR/proc`, `DIR/etc`).

@@ -166,7 +166,8 @@ fn time_check(report: &mut StageReport, limits: &BurnInLimits, earlier: &[StageR
             None,
             expected,
             format!(
-                "{seconds:.0} s; no time limit is known for this box (give {})",
+                "{} s; no time limit is known for this box (give {})",
+                round_seconds(seconds),
                 TIME_LIMIT_S.key
             ),
             Verdict::Skip,
@@ -177,9 +178,22 @@ fn time_check(report: &mut StageReport, limits: &BurnInLimits, earlier: &[StageR
         "training-time",
         None,
         expected,
-        format!("{seconds:.0} s ({} took {seconds:.1} s)", training.name),
+        format!(
+            "{} s, the wall time of stage {}",
+            round_seconds(seconds),
+            training.name
+        ),
         Verdict::pass_if(seconds <= allowed),
     )
+}
+
+/// Whole seconds for a run of hours, a tenth of one for a short one.
+fn round_seconds(seconds: f64) -> String {
+    if seconds < 100.0 {
+        format!("{seconds:.1}")
+    } else {
+        format!("{seconds:.0}")
+    }
 }
 
 fn where_seen(peak: &Peak) -> String {

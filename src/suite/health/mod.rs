@@ -2,6 +2,7 @@
 //! and error (could not run), kept apart: a check that could not run never reads as a
 //! broken GPU, nor the reverse.
 
+pub mod bmc_checks;
 pub mod corruption;
 pub mod corruption_stage;
 pub mod driver_reports;
