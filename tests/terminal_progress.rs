@@ -229,7 +229,7 @@ fn health_on_a_terminal_draws_bars_then_prints_its_table() {
         "{text}\n{plain}"
     );
     let text = visible(&text);
-    assert!(text.contains("[1/8] inventory ["), "{text:?}");
+    assert!(text.contains("[1/9] inventory ["), "{text:?}");
     assert_plain(&plain, "health", "inventory");
     // The table: a line per GPU, its PCI address first, after the run's last line.
     let table: Vec<&str> = plain
@@ -239,7 +239,7 @@ fn health_on_a_terminal_draws_bars_then_prints_its_table() {
         .collect();
     assert_eq!(table.len(), 6, "{plain}");
     let last_bar = text
-        .rfind("[8/8] power-ramp [")
+        .rfind("[9/9] power-ramp [")
         .unwrap_or_else(|| panic!("{text:?}"));
     for row in table {
         assert!(row.starts_with("0000:"), "{plain}");
