@@ -65,7 +65,27 @@ fn benchmark(dir: &Path, delay: f64) -> PathBuf {
 }
 
 fn burn_in(root: &Path, state: &Path, options: &[String]) -> std::process::Child {
+    burn_in_with_bmc(root, state, options, None)
+}
+
+/// The ipmitool stand-in (a script printing recorded BMC output, no BMC) answering from
+/// the folder `bmc`, or no BMC at all.
+fn burn_in_with_bmc(
+    root: &Path,
+    state: &Path,
+    options: &[String],
+    bmc: Option<&Path>,
+) -> std::process::Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tinyperf"));
+    match bmc {
+        Some(dir) => {
+            cmd.env("TINYPERF_IPMITOOL", fixture("bmc/ipmitool-stand-in"))
+                .env("STAND_IN_BMC", dir);
+        }
+        None => {
+            cmd.env("TINYPERF_IPMITOOL", "/nonexistent/ipmitool");
+        }
+    }
     cmd.args([
         "run",
         "burn-in",
@@ -251,4 +271,88 @@ fn without_imagenet_the_burn_in_refuses_naming_the_path_it_looked_for() {
             record["stages"].as_array().is_none_or(|s| s.is_empty())
         }
     );
+}
+
+/// Fans and supplies as an ASRock Rack BMC lists them (recorded output, trimmed to
+/// healthy fans), and an event log just cleared; `stopped` puts FRNT_FAN2 at 0 RPM in
+/// critical state.
+fn write_sensors(dir: &Path, stopped: bool) {
+    let frnt_fan2 = if stopped {
+        "FRNT_FAN2        | 14h | cr  |  7.0 | 0 RPM"
+    } else {
+        "FRNT_FAN2        | 14h | ok  |  7.0 | 600 RPM"
+    };
+    let fans = format!(
+        "CPU_FAN1         | 0Fh | ok  |  7.0 | 1300 RPM\nREAR_FAN1        | 11h | ok  |  7.0 | 1900 RPM\nFRNT_FAN1        | 13h | ok  |  7.0 | 1500 RPM\n{frnt_fan2}\n"
+    );
+    // Written whole and renamed, as the stand-in may read it at any moment.
+    fs::write(dir.join("fan.tmp"), fans).unwrap();
+    fs::rename(dir.join("fan.tmp"), dir.join("sdr-type-fan.txt")).unwrap();
+    fs::write(
+        dir.join("sel-elist.txt"),
+        "   1 | 12/01/2026 | 09:00:00 | Event Logging Disabled #0x09 | Log area reset/cleared | Asserted\n",
+    )
+    .unwrap();
+    fs::write(
+        dir.join("sdr-type-power-supply.txt"),
+        "PSU1 Status      | C8h | ok  | 10.1 | Presence detected\nPSU2 Status      | C9h | ok  | 10.2 | Presence detected\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_fan_that_stops_mid_burn_in_fails_naming_it_through_the_ipmitool_stand_in() {
+    let work = tempfile::tempdir().unwrap();
+    let root = red_box(work.path());
+    let state = work.path().join("state");
+    let bmc = work.path().join("bmc");
+    fs::create_dir_all(&bmc).unwrap();
+    write_sensors(&bmc, false);
+    let bench = benchmark(work.path(), 6.0);
+    let mut child = burn_in_with_bmc(
+        &root,
+        &state,
+        &[format!("command=[\"sh\", \"{}\"]", bench.display())],
+        Some(&bmc),
+    );
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the run ended before its training began")
+            .unwrap();
+        let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+        if event["event"] == "stage_started" && event["stage"] == "external" {
+            break;
+        }
+    }
+    let drain = std::thread::spawn(move || lines.count());
+    write_sensors(&bmc, true);
+    let out = finished(child);
+    drain.join().unwrap();
+    assert!(!out.status.success(), "{}", output_text(&out));
+    let (_, record) = only_run(&state);
+    let stage = limits_stage(&record);
+    let fans = checks(stage, "fans-and-supplies")[0];
+    assert_eq!(fans["verdict"], "fail", "{stage:#}");
+    let found = fans["found"].as_str().unwrap();
+    assert!(found.contains("fan FRNT_FAN2 at 0 RPM (cr)"), "{found}");
+    assert!(found.contains("first in stage external"), "{found}");
+    let slowest = stage["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "bmc_frnt_fan2_min_rpm")
+        .unwrap_or_else(|| panic!("{stage:#}"));
+    assert_eq!(slowest["value"], 0.0);
+    // The fan was turning when the health stages judged the BMC.
+    let kernel = record["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "kernel-messages")
+        .unwrap();
+    let sensors = checks(kernel, "bmc-sensors");
+    assert_eq!(sensors[0]["verdict"], "pass", "{kernel:#}");
 }

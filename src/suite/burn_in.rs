@@ -12,12 +12,15 @@ use super::options::{self, CPU_TEMP_LIMIT_C, GPU_TEMP_LIMIT_C, TIME_LIMIT_S};
 use super::stage::{StageContext, StageReport};
 use crate::inventory::{find_sku, BurnInLimits, DEFAULT_BURN_IN};
 use crate::record::{Check, StageResult, Verdict};
+use crate::runtime::telemetry::bmc_watch::BmcExtremes;
 use crate::runtime::telemetry::{Peak, ThermalPeaks};
 
 /// The suite's name.
 pub const NAME: &str = "burn-in";
 /// The name of the stage that judges the run against the box's limits.
 pub const LIMITS_STAGE: &str = "burn-in-limits";
+/// The name of the check on the BMC's fans and power supplies over the run.
+pub const FANS_AND_SUPPLIES: &str = "fans-and-supplies";
 /// How long each power-ramp step is held in a burn-in unless `ramp_seconds` says.
 pub const DEFAULT_RAMP_SECONDS: f64 = 30.0;
 
@@ -86,7 +89,12 @@ pub fn limits(sku_name: Option<&str>, options: &Map<String, Value>) -> (BurnInLi
 
 /// The stage `burn-in-limits`: `earlier` are the results of the stages before it,
 /// `peaks` every sensor's hottest reading over them.
-pub fn judge(ctx: &StageContext<'_>, peaks: &ThermalPeaks, earlier: &[StageResult]) -> StageResult {
+pub fn judge(
+    ctx: &StageContext<'_>,
+    peaks: &ThermalPeaks,
+    bmc: &BmcExtremes,
+    earlier: &[StageResult],
+) -> StageResult {
     let recognised = ctx
         .hardware
         .as_ref()
@@ -103,6 +111,8 @@ pub fn judge(ctx: &StageContext<'_>, peaks: &ThermalPeaks, earlier: &[StageResul
     report.checks.push(cpu);
     let gpus = gpu_checks(&mut report, &limits, peaks);
     report.checks.extend(gpus);
+    let fans = fans_and_supplies_check(&mut report, bmc);
+    report.checks.push(fans);
     report.metric("telemetry_samples", peaks.samples as f64, "count");
     report.finish(None)
 }
@@ -224,6 +234,67 @@ fn cpu_check(report: &mut StageReport, limits: &BurnInLimits, peak: Option<&Peak
     )
 }
 
+fn fans_and_supplies_check(report: &mut StageReport, bmc: &BmcExtremes) -> Check {
+    let expected = "every fan turning and no power supply failing, as the BMC reads them \
+                    for the whole run"
+        .to_string();
+    if bmc.readings == 0 {
+        return check(
+            FANS_AND_SUPPLIES,
+            None,
+            expected,
+            format!(
+                "not read: {}",
+                bmc.unread.as_deref().unwrap_or("the BMC gave no reading")
+            ),
+            Verdict::Skip,
+        );
+    }
+    for (fan, rpm) in &bmc.slowest_fans {
+        report.metric(&format!("bmc_{}_min_rpm", metric_word(fan)), *rpm, "RPM");
+    }
+    report.metric("bmc_readings", bmc.readings as f64, "count");
+    if bmc.troubles.is_empty() {
+        return check(
+            FANS_AND_SUPPLIES,
+            None,
+            expected,
+            format!(
+                "{} readings of {} fans and {} supplies, none in trouble",
+                bmc.readings,
+                bmc.slowest_fans.len(),
+                bmc.supplies
+            ),
+            Verdict::Pass,
+        );
+    }
+    let troubles: Vec<String> = bmc
+        .troubles
+        .iter()
+        .map(|t| format!("{}, first in stage {} at {:.0} s", t.what, t.stage, t.t_s))
+        .collect();
+    check(
+        FANS_AND_SUPPLIES,
+        None,
+        expected,
+        troubles.join("; "),
+        Verdict::Fail,
+    )
+}
+
+/// A sensor's name as a metric name's part: `CPU FAN1` gives `cpu_fan1`.
+fn metric_word(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 fn gpu_checks(report: &mut StageReport, limits: &BurnInLimits, peaks: &ThermalPeaks) -> Vec<Check> {
     let expected = format!(
         "every sensor at most {:.0} °C for the whole run",
@@ -343,6 +414,16 @@ mod tests {
         peaks: &ThermalPeaks,
         earlier: &[StageResult],
     ) -> StageResult {
+        judged_with_bmc(options, sku, peaks, &BmcExtremes::default(), earlier)
+    }
+
+    fn judged_with_bmc(
+        options: serde_json::Value,
+        sku: &str,
+        peaks: &ThermalPeaks,
+        bmc: &BmcExtremes,
+        earlier: &[StageResult],
+    ) -> StageResult {
         let serde_json::Value::Object(options) = options else {
             unreachable!("an object")
         };
@@ -361,7 +442,7 @@ mod tests {
             progress_reached: 0.0,
             stage_name: LIMITS_STAGE,
         };
-        judge(&ctx, peaks, earlier)
+        judge(&ctx, peaks, bmc, earlier)
     }
 
     fn external_options() -> serde_json::Value {
@@ -438,6 +519,57 @@ mod tests {
         assert_eq!(named(&result, "cpu-temperature")[0].verdict, Verdict::Skip);
         assert_eq!(named(&result, "gpu-temperature")[0].verdict, Verdict::Skip);
         assert_eq!(result.verdict, Verdict::Skip);
+    }
+
+    #[test]
+    fn a_fan_that_stopped_during_the_run_fails_naming_it_and_when() {
+        let mut bmc = BmcExtremes {
+            readings: 40,
+            supplies: 2,
+            ..BmcExtremes::default()
+        };
+        bmc.slowest_fans.insert("FRNT FAN2".into(), 0.0);
+        bmc.troubles
+            .push(crate::runtime::telemetry::bmc_watch::BmcTrouble {
+                what: "fan FRNT FAN2 at 0 RPM (cr)".into(),
+                stage: "mlperf-resnet".into(),
+                t_s: 5400.0,
+            });
+        let result = judged_with_bmc(
+            external_options(),
+            "tinybox-red",
+            &peaks(70.0, &[80.0]),
+            &bmc,
+            &[training(9_000)],
+        );
+        let fans = named(&result, FANS_AND_SUPPLIES)[0];
+        assert_eq!(fans.verdict, Verdict::Fail);
+        assert!(
+            fans.found
+                .contains("first in stage mlperf-resnet at 5400 s"),
+            "{fans:?}"
+        );
+        assert!(result
+            .metrics
+            .iter()
+            .any(|m| m.name == "bmc_frnt_fan2_min_rpm" && m.value == 0.0));
+        bmc.troubles.clear();
+        let result = judged_with_bmc(
+            external_options(),
+            "tinybox-red",
+            &peaks(70.0, &[80.0]),
+            &bmc,
+            &[training(9_000)],
+        );
+        assert_eq!(named(&result, FANS_AND_SUPPLIES)[0].verdict, Verdict::Pass);
+        // No BMC: a skip saying why, never a failure of the box.
+        let result = judged(
+            external_options(),
+            "tinybox-red",
+            &peaks(70.0, &[80.0]),
+            &[training(9_000)],
+        );
+        assert_eq!(named(&result, FANS_AND_SUPPLIES)[0].verdict, Verdict::Skip);
     }
 
     #[test]

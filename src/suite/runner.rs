@@ -26,7 +26,9 @@ fn run_stage(
     earlier: &[StageResult],
 ) -> StageResult {
     match stage {
-        StageKind::BurnInLimits => burn_in::judge(ctx, &telemetry.run_peaks(), earlier),
+        StageKind::BurnInLimits => {
+            burn_in::judge(ctx, &telemetry.run_peaks(), &telemetry.run_bmc(), earlier)
+        }
         StageKind::Inventory => inventory_stage::run(ctx),
         StageKind::CpuGemm => cpu_gemm::run(ctx),
         StageKind::GpuGemm => gpu_gemm::run(ctx),

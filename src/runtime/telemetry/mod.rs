@@ -7,6 +7,7 @@
 //! temperature limit or throttled by heat or power. A machine with no power source
 //! gets no energy figures and a note that says why.
 
+pub mod bmc_watch;
 pub mod csv;
 pub mod energy;
 pub mod gpu_metrics;

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::bmc_watch::{BmcExtremes, BmcWatch};
 use super::csv::CsvWriter;
 use super::energy::{Energy, EnergyMeter};
 use super::limits::LimitWatch;
@@ -48,7 +49,7 @@ const STOP_WAIT: Duration = Duration::from_secs(2);
 /// Which sources a recorder reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sources {
-    /// sysfs under the root, and NVML.
+    /// sysfs under the root, NVML, and the BMC's fans and power supplies.
     All,
     /// sysfs under the root only.
     SysfsOnly,
@@ -109,6 +110,8 @@ struct State {
 /// A running background sampler; dropping it stops the thread.
 pub struct TelemetryRecorder {
     state: Arc<Mutex<State>>,
+    /// The BMC's sensors, read on a thread of their own; `None` for sysfs-only sources.
+    bmc: Option<BmcWatch>,
     commands: Sender<Command>,
     stopped: Receiver<()>,
     thread: Option<JoinHandle<()>>,
@@ -119,6 +122,7 @@ impl TelemetryRecorder {
     /// once; a thread that cannot be spawned leaves a recorder that records nothing
     /// and says so.
     pub fn start(config: RecorderConfig) -> TelemetryRecorder {
+        let (config_sources, config_interval) = (config.sources, config.interval);
         let state = Arc::new(Mutex::new(State::default()));
         let (commands, receiver) = mpsc::channel();
         let (stopped_tx, stopped) = mpsc::channel();
@@ -139,8 +143,17 @@ impl TelemetryRecorder {
                 None
             }
         };
+        let bmc = matches!(config_sources, Sources::All).then(|| {
+            let stage_state = Arc::clone(&state);
+            BmcWatch::start(
+                None,
+                bmc_interval(config_interval),
+                Arc::new(move || lock(&stage_state).stage.clone()),
+            )
+        });
         TelemetryRecorder {
             state,
+            bmc,
             commands,
             stopped,
             thread,
@@ -162,6 +175,17 @@ impl TelemetryRecorder {
     /// Every sensor's hottest reading in the stages that have ended or are running.
     pub fn run_peaks(&self) -> ThermalPeaks {
         lock(&self.state).peaks.clone()
+    }
+
+    /// What the BMC's fans and power supplies came to over the run so far.
+    pub fn run_bmc(&self) -> BmcExtremes {
+        self.bmc.as_ref().map_or_else(
+            || BmcExtremes {
+                unread: Some("the BMC is not among this recorder's sources".into()),
+                ..BmcExtremes::default()
+            },
+            BmcWatch::extremes,
+        )
     }
 
     /// Counts `earlier` (the peaks of a run this one takes up) toward the run's peaks.
@@ -218,6 +242,12 @@ impl Drop for TelemetryRecorder {
             }
         }
     }
+}
+
+/// How often the BMC is read: ten GPU samples apart (10 s at the default pace), and at
+/// least half a second, since one reading asks ipmitool twice.
+fn bmc_interval(sample_interval: Duration) -> Duration {
+    (sample_interval * 10).max(Duration::from_millis(500))
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
