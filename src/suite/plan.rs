@@ -423,19 +423,24 @@ pub fn suite_stages(suite: &str) -> Option<Vec<StageKind>> {
     }
 }
 
+/// The state folder of a recorded run: `STATE` for a run folder `STATE/runs/<id>`.
+pub fn state_dir_of(run_dir: &Path) -> Option<PathBuf> {
+    let runs = run_dir.parent()?;
+    if runs.file_name()? != "runs" {
+        return None;
+    }
+    runs.parent().map(Path::to_path_buf)
+}
+
 /// Where generated datasets are cached: `STATE/cache` for a run recorded in a state
 /// folder (a run folder `STATE/runs/<id>` names its state folder too), else
 /// `$XDG_CACHE_HOME/tinyperf` or `~/.cache/tinyperf`, else the temporary folder.
 pub fn cache_dir_for(state_dir: Option<&Path>, run_dir: Option<&Path>) -> PathBuf {
-    if let Some(state) = state_dir {
+    if let Some(state) = state_dir
+        .map(Path::to_path_buf)
+        .or_else(|| run_dir.and_then(state_dir_of))
+    {
         return state.join("cache");
-    }
-    if let Some(runs) = run_dir.and_then(|d| d.parent()) {
-        if runs.file_name().is_some_and(|n| n == "runs") {
-            if let Some(state) = runs.parent() {
-                return state.join("cache");
-            }
-        }
     }
     if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(xdg).join("tinyperf");
@@ -527,6 +532,16 @@ mod tests {
         five.insert("runs".into(), 2.into());
         assert_eq!(stages_of("mlperf-resnet", &five).unwrap().len(), 2);
         assert_eq!(stages_of("smoke", &five).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_state_folder_is_the_runs_folders_parent() {
+        assert_eq!(
+            state_dir_of(Path::new("/var/lib/tinyperf/runs/abc")),
+            Some(PathBuf::from("/var/lib/tinyperf"))
+        );
+        assert_eq!(state_dir_of(Path::new("/tmp/somewhere/abc")), None);
+        assert_eq!(state_dir_of(Path::new("/")), None);
     }
 
     #[test]

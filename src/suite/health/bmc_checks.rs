@@ -1,10 +1,11 @@
 //! The BMC's part of the `kernel-messages` stage: the events its system event log gained
 //! since the last run (`bmc-events`) and its fans and power supplies (`bmc-sensors`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::record::{Check, Verdict};
 use crate::runtime::bmc::{self, sel, sensors, BmcError};
+use crate::suite::plan::state_dir_of;
 
 /// The name of the check on the BMC's event log.
 pub const BMC_EVENTS: &str = "bmc-events";
@@ -23,15 +24,6 @@ pub struct BmcJudgement {
     pub findings: Vec<String>,
     /// How many events were judged, when the log was read.
     pub new_events: Option<usize>,
-}
-
-/// The state folder of a recorded run: `STATE` for a run folder `STATE/runs/<id>`.
-pub fn state_dir_of(run_dir: &Path) -> Option<PathBuf> {
-    let runs = run_dir.parent()?;
-    if runs.file_name()? != "runs" {
-        return None;
-    }
-    runs.parent().map(Path::to_path_buf)
 }
 
 /// Reads the BMC through the `ipmitool` found (see [`bmc::locate`]) and judges its event
@@ -195,16 +187,6 @@ pub fn sensor_check(report: &sensors::SensorReport) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_state_folder_is_the_runs_folders_parent() {
-        assert_eq!(
-            state_dir_of(Path::new("/var/lib/tinyperf/runs/abc")),
-            Some(PathBuf::from("/var/lib/tinyperf"))
-        );
-        assert_eq!(state_dir_of(Path::new("/tmp/somewhere/abc")), None);
-        assert_eq!(state_dir_of(Path::new("/")), None);
-    }
 
     #[test]
     fn a_serious_event_fails_naming_it_and_warnings_warn() {
