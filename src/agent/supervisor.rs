@@ -178,15 +178,11 @@ impl Supervisor {
             // refused as any start during a run is.
             return Some(request);
         }
-        let resolved = match request.suite.as_str() {
-            crate::suite::external::NAME => {
-                configured_benchmark(&self.config.benchmarks, request.options.clone()).map(|_| ())
-            }
-            crate::suite::burn_in::NAME => {
-                configured_burn_in(&self.config.benchmarks, request.options.clone()).map(|_| ())
-            }
-            suite => plan::check_options(suite, &request.options).map_err(|e| e.to_string()),
-        };
+        let resolved = self
+            .configured_options(&request.suite, request.options.clone())
+            .and_then(|options| {
+                plan::check_options(&request.suite, &options).map_err(|e| e.to_string())
+            });
         if let Err(why) = resolved {
             let _ = request.reply.send(Err(AgentError::InvalidArgs(why)));
             return None;
@@ -198,6 +194,20 @@ impl Supervisor {
         }
         self.waiting = Some(request);
         None
+    }
+
+    /// `options` with the benchmark they name looked up in the configuration, for the
+    /// suites that run one (`external`, `burn-in`); others' as given.
+    fn configured_options(
+        &self,
+        suite: &str,
+        options: Map<String, Value>,
+    ) -> Result<Map<String, Value>, String> {
+        match suite {
+            crate::suite::external::NAME => configured_benchmark(&self.config.benchmarks, options),
+            crate::suite::burn_in::NAME => configured_burn_in(&self.config.benchmarks, options),
+            _ => Ok(options),
+        }
     }
 
     /// Starts the run that waited for a scheduled run to stop, once it has.
@@ -271,14 +281,9 @@ impl Supervisor {
         trigger: Trigger,
         resume: Option<(Resume, RunRecord)>,
     ) -> Result<String, AgentError> {
-        let options = if suite == crate::suite::external::NAME {
-            configured_benchmark(&self.config.benchmarks, options)
-                .map_err(AgentError::InvalidArgs)?
-        } else if suite == crate::suite::burn_in::NAME {
-            configured_burn_in(&self.config.benchmarks, options).map_err(AgentError::InvalidArgs)?
-        } else {
-            options
-        };
+        let options = self
+            .configured_options(&suite, options)
+            .map_err(AgentError::InvalidArgs)?;
         let workspace = Workspace {
             cache_dir: plan::cache_dir_for(Some(&self.config.state_dir), None),
             cache_budget: self.config.dataset_cache,
