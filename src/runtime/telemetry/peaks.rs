@@ -30,7 +30,29 @@ pub struct GpuPeaks {
     pub sensors: BTreeMap<String, Peak>,
 }
 
+impl Peak {
+    /// Whether `self` is a real reading hotter than `kept`. A reading that is not finite
+    /// is left out: a sensor that reads garbage is not the box running hot.
+    fn hotter_than(&self, kept: Option<&Peak>) -> bool {
+        self.celsius.is_finite() && kept.is_none_or(|p| self.celsius > p.celsius)
+    }
+
+    /// Puts `self` in `slot` when it is hotter than what is there.
+    fn raise(self, slot: &mut Option<Peak>) {
+        if self.hotter_than(slot.as_ref()) {
+            *slot = Some(self);
+        }
+    }
+}
+
 impl GpuPeaks {
+    /// Keeps `peak` as sensor `label`'s when it is hotter than the one kept.
+    fn raise(&mut self, label: &str, peak: Peak) {
+        if peak.hotter_than(self.sensors.get(label)) {
+            self.sensors.insert(label.to_string(), peak);
+        }
+    }
+
     /// The hottest of the GPU's sensors, with its label.
     pub fn hottest(&self) -> Option<(&str, &Peak)> {
         self.sensors
@@ -68,10 +90,8 @@ impl ThermalPeaks {
                 t_s: row.time_s,
             };
             if row.device == CPU_DEVICE {
-                if let Some(cpu) = row.temp_c.filter(|c| c.is_finite()) {
-                    if peaks.cpu.as_ref().is_none_or(|p| cpu > p.celsius) {
-                        peaks.cpu = Some(peak(cpu));
-                    }
+                if let Some(cpu) = row.temp_c {
+                    peak(cpu).raise(&mut peaks.cpu);
                 }
                 continue;
             }
@@ -88,11 +108,8 @@ impl ThermalPeaks {
             let subject = row.address.clone().unwrap_or_else(|| row.device.clone());
             let gpu = peaks.gpu_entry(&subject, &row.device);
             for (label, reading) in readings {
-                let Some(celsius) = reading.filter(|c| c.is_finite()) else {
-                    continue;
-                };
-                if gpu.sensors.get(label).is_none_or(|p| celsius > p.celsius) {
-                    gpu.sensors.insert(label.to_string(), peak(celsius));
+                if let Some(celsius) = reading {
+                    gpu.raise(label, peak(celsius));
                 }
             }
         }
@@ -104,20 +121,12 @@ impl ThermalPeaks {
     pub fn merge(&mut self, other: &ThermalPeaks) {
         self.samples += other.samples;
         if let Some(cpu) = &other.cpu {
-            if self.cpu.as_ref().is_none_or(|p| cpu.celsius > p.celsius) {
-                self.cpu = Some(cpu.clone());
-            }
+            cpu.clone().raise(&mut self.cpu);
         }
         for theirs in &other.gpus {
             let gpu = self.gpu_entry(&theirs.subject, &theirs.device);
             for (label, peak) in &theirs.sensors {
-                if gpu
-                    .sensors
-                    .get(label)
-                    .is_none_or(|p| peak.celsius > p.celsius)
-                {
-                    gpu.sensors.insert(label.clone(), peak.clone());
-                }
+                gpu.raise(label, peak.clone());
             }
         }
     }
@@ -137,8 +146,7 @@ impl ThermalPeaks {
         &mut self.gpus[index]
     }
 
-    /// Takes in one sample of `stage`. Readings that are not finite are left out: a
-    /// sensor that reads garbage is not the box running hot.
+    /// Takes in one sample of `stage`.
     pub fn observe(&mut self, stage: &str, sample: &TelemetrySample) {
         self.samples += 1;
         let peak = |celsius: f64| Peak {
@@ -146,20 +154,13 @@ impl ThermalPeaks {
             stage: stage.to_string(),
             t_s: sample.t_s,
         };
-        if let Some(cpu) = sample.cpu_temp_c.filter(|c| c.is_finite()) {
-            if self.cpu.as_ref().is_none_or(|p| cpu > p.celsius) {
-                self.cpu = Some(peak(cpu));
-            }
+        if let Some(cpu) = sample.cpu_temp_c {
+            peak(cpu).raise(&mut self.cpu);
         }
         for gpu in &sample.gpus {
-            let sensors = &mut self.gpu_entry(&gpu.subject(), &gpu.device()).sensors;
-            for temperature in gpu.temperatures.iter().filter(|t| t.celsius.is_finite()) {
-                let hotter = sensors
-                    .get(&temperature.label)
-                    .is_none_or(|p| temperature.celsius > p.celsius);
-                if hotter {
-                    sensors.insert(temperature.label.clone(), peak(temperature.celsius));
-                }
+            let peaks = self.gpu_entry(&gpu.subject(), &gpu.device());
+            for temperature in &gpu.temperatures {
+                peaks.raise(&temperature.label, peak(temperature.celsius));
             }
         }
     }
