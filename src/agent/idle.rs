@@ -30,7 +30,7 @@ pub fn wait_before_next(
     // agent started (a box that just booted has its boot suite, and its owner, first).
     let last_ended = runs
         .iter()
-        .filter_map(|r| r.finished_at.or(Some(r.started_at)))
+        .map(|r| r.finished_at.unwrap_or(r.started_at))
         .max()
         .map_or(agent_started, |t| t.max(agent_started));
     let idle_at = last_ended + chrono_duration(schedule.after);

@@ -73,12 +73,12 @@ pub fn limits(sku_name: Option<&str>, options: &Map<String, Value>) -> (BurnInLi
         limits.time_limit_s = Some(limit);
         overridden.push(TIME_LIMIT_S.key);
     }
-    if options.contains_key(CPU_TEMP_LIMIT_C.key) {
-        limits.cpu_temp_limit_c = options::number(options, CPU_TEMP_LIMIT_C, 0.0);
+    if let Some(limit) = options.get(CPU_TEMP_LIMIT_C.key).and_then(Value::as_f64) {
+        limits.cpu_temp_limit_c = limit;
         overridden.push(CPU_TEMP_LIMIT_C.key);
     }
-    if options.contains_key(GPU_TEMP_LIMIT_C.key) {
-        limits.gpu_temp_limit_c = options::number(options, GPU_TEMP_LIMIT_C, 0.0);
+    if let Some(limit) = options.get(GPU_TEMP_LIMIT_C.key).and_then(Value::as_f64) {
+        limits.gpu_temp_limit_c = limit;
         overridden.push(GPU_TEMP_LIMIT_C.key);
     }
     if !overridden.is_empty() {

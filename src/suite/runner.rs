@@ -188,12 +188,11 @@ fn earlier_peaks(resume: &Resume) -> ThermalPeaks {
     let Some(path) = &resume.telemetry else {
         return ThermalPeaks::default();
     };
-    match std::fs::read_to_string(path).map(|text| csv::parse(&text)) {
-        Ok(Ok(rows)) => ThermalPeaks::from_rows(&rows),
-        Ok(Err(e)) => {
-            tracing::warn!(path = %path.display(), error = %e, "the interrupted run's telemetry is unreadable");
-            ThermalPeaks::default()
-        }
+    let rows = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| csv::parse(&text).map_err(|e| e.to_string()));
+    match rows {
+        Ok(rows) => ThermalPeaks::from_rows(&rows),
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "cannot read the interrupted run's telemetry");
             ThermalPeaks::default()
