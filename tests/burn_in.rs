@@ -22,19 +22,6 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A copy of the red box's tree that the test may change while a run reads it.
-fn red_box(dir: &Path) -> PathBuf {
-    let root = dir.join("root");
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(fixture("tinybox-red"))
-        .arg(&root)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    root
-}
-
 /// The hwmon folder of the red box's `n`th amdgpu, in hwmon order.
 fn amdgpu_hwmon(root: &Path, n: usize) -> PathBuf {
     let class = root.join("sys/class/hwmon");
@@ -133,33 +120,9 @@ fn checks<'a>(stage: &'a Value, name: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-fn finished(child: std::process::Child) -> Output {
-    child.wait_with_output().unwrap()
-}
-
-#[test]
-fn a_gpu_crossing_95_c_fails_the_burn_in_naming_the_gpu_and_its_peak() {
-    let work = tempfile::tempdir().unwrap();
-    let root = red_box(work.path());
-    let state = work.path().join("state");
-    let bench = benchmark(work.path(), 3.0);
-    let hot = amdgpu_hwmon(&root, 2);
-    // hwmon/hwmonN sits in the GPU's own device folder.
-    let address = hot
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::file_name)
-        .unwrap()
-        .to_string_lossy()
-        .to_string();
-    let child = burn_in(
-        &root,
-        &state,
-        &[format!("command=[\"sh\", \"{}\"]", bench.display())],
-    );
-    // Heat the third GPU's junction once the training has started, as a card whose
-    // cooling gives out under the long load would; then cool it again.
-    let mut child = child;
+/// Reads the run's events until its training stage starts; the thread returned reads
+/// the rest, so that the run never blocks on a full pipe.
+fn wait_for_training(child: &mut std::process::Child) -> std::thread::JoinHandle<usize> {
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     loop {
@@ -172,7 +135,37 @@ fn a_gpu_crossing_95_c_fails_the_burn_in_naming_the_gpu_and_its_peak() {
             break;
         }
     }
-    let drain = std::thread::spawn(move || lines.count());
+    std::thread::spawn(move || lines.count())
+}
+
+fn finished(child: std::process::Child) -> Output {
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_gpu_crossing_95_c_fails_the_burn_in_naming_the_gpu_and_its_peak() {
+    let work = tempfile::tempdir().unwrap();
+    let tree = common::fixture_copy("tinybox-red");
+    let root = tree.path().to_path_buf();
+    let state = work.path().join("state");
+    let bench = benchmark(work.path(), 3.0);
+    let hot = amdgpu_hwmon(&root, 2);
+    // hwmon/hwmonN sits in the GPU's own device folder.
+    let address = hot
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    let mut child = burn_in(
+        &root,
+        &state,
+        &[format!("command=[\"sh\", \"{}\"]", bench.display())],
+    );
+    // Heat the third GPU's junction once the training has started, as a card whose
+    // cooling gives out under the long load would; then cool it again.
+    let drain = wait_for_training(&mut child);
     fs::write(hot.join("temp2_input"), "97250\n").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(1500));
     fs::write(hot.join("temp2_input"), "61000\n").unwrap();
@@ -208,7 +201,8 @@ fn a_gpu_crossing_95_c_fails_the_burn_in_naming_the_gpu_and_its_peak() {
 #[test]
 fn a_cool_box_over_its_time_limit_fails_the_time_check_with_both_figures() {
     let work = tempfile::tempdir().unwrap();
-    let root = red_box(work.path());
+    let tree = common::fixture_copy("tinybox-red");
+    let root = tree.path().to_path_buf();
     let state = work.path().join("state");
     let bench = benchmark(work.path(), 1.0);
     let out = finished(burn_in(
@@ -303,7 +297,8 @@ fn write_sensors(dir: &Path, stopped: bool) {
 #[test]
 fn a_fan_that_stops_mid_burn_in_fails_naming_it_through_the_ipmitool_stand_in() {
     let work = tempfile::tempdir().unwrap();
-    let root = red_box(work.path());
+    let tree = common::fixture_copy("tinybox-red");
+    let root = tree.path().to_path_buf();
     let state = work.path().join("state");
     let bmc = work.path().join("bmc");
     fs::create_dir_all(&bmc).unwrap();
@@ -315,19 +310,7 @@ fn a_fan_that_stops_mid_burn_in_fails_naming_it_through_the_ipmitool_stand_in() 
         &[format!("command=[\"sh\", \"{}\"]", bench.display())],
         Some(&bmc),
     );
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    loop {
-        let line = lines
-            .next()
-            .expect("the run ended before its training began")
-            .unwrap();
-        let event: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-        if event["event"] == "stage_started" && event["stage"] == "external" {
-            break;
-        }
-    }
-    let drain = std::thread::spawn(move || lines.count());
+    let drain = wait_for_training(&mut child);
     write_sensors(&bmc, true);
     let out = finished(child);
     drain.join().unwrap();

@@ -2,6 +2,8 @@
 //! written by tests/fixtures/generate.py) with its checks, and the GPU stacks their images
 //! can carry that cannot drive their GPUs: each a finding that names the version needed.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -203,16 +205,9 @@ fn a_5090_under_the_proprietary_550_driver_names_the_driver_it_needs() {
 
 /// A copy of the green v2 whose `/proc/driver/nvidia/version` is `version_line`.
 fn green_v2_with_driver(version_line: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let copied = Command::new("cp")
-        .arg("-a")
-        .arg(fixture("tinybox-green-v2"))
-        .arg(dir.path().join("box"))
-        .status()
-        .unwrap();
-    assert!(copied.success());
+    let dir = common::fixture_copy("tinybox-green-v2");
     std::fs::write(
-        dir.path().join("box/proc/driver/nvidia/version"),
+        dir.path().join("proc/driver/nvidia/version"),
         format!(
             "{version_line}\nGCC version:  gcc version 12.3.0 (Ubuntu 12.3.0-1ubuntu1~22.04) \n"
         ),
@@ -226,7 +221,7 @@ fn a_5090_on_the_proprietary_module_is_a_finding_even_on_a_new_enough_branch() {
     let dir = green_v2_with_driver(
         "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.124.04  Thu Feb 27 18:37:40 UTC 2025",
     );
-    let (report, code) = detect_root(&dir.path().join("box"), &[]);
+    let (report, code) = detect_root(dir.path(), &[]);
     assert_eq!(code, 0);
     let findings = findings(&report);
     assert_eq!(findings.len(), 4, "{findings:?}");
