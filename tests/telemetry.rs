@@ -421,6 +421,7 @@ fn recorder(root: &Path, csv_path: Option<PathBuf>, interval: Duration) -> Telem
         interval,
         sources: Sources::SysfsOnly,
         sink: None,
+        watch_bmc: false,
     })
 }
 

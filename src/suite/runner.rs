@@ -84,6 +84,7 @@ pub fn execute(
         interval: env.telemetry_interval,
         sources: Sources::All,
         sink: env.telemetry_sink.clone(),
+        watch_bmc: stages.contains(&StageKind::BurnInLimits),
     });
     if let Some(resume) = &plan.resume {
         telemetry.include_peaks(&earlier_peaks(resume));

@@ -49,7 +49,7 @@ const STOP_WAIT: Duration = Duration::from_secs(2);
 /// Which sources a recorder reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sources {
-    /// sysfs under the root, NVML, and the BMC's fans and power supplies.
+    /// sysfs under the root, and NVML.
     All,
     /// sysfs under the root only.
     SysfsOnly,
@@ -68,6 +68,9 @@ pub struct RecorderConfig {
     pub sources: Sources,
     /// Also hands every sample to this, as it is taken.
     pub sink: Option<SampleSink>,
+    /// Also reads the BMC's fans and power supplies, on a thread of their own: for a run
+    /// that judges them (`burn-in`), since each reading asks ipmitool.
+    pub watch_bmc: bool,
 }
 
 /// What one stage's samples came to.
@@ -110,7 +113,7 @@ struct State {
 /// A running background sampler; dropping it stops the thread.
 pub struct TelemetryRecorder {
     state: Arc<Mutex<State>>,
-    /// The BMC's sensors, read on a thread of their own; `None` for sysfs-only sources.
+    /// The BMC's sensors, read on a thread of their own when the config asks for them.
     bmc: Option<BmcWatch>,
     commands: Sender<Command>,
     stopped: Receiver<()>,
@@ -122,7 +125,7 @@ impl TelemetryRecorder {
     /// once; a thread that cannot be spawned leaves a recorder that records nothing
     /// and says so.
     pub fn start(config: RecorderConfig) -> TelemetryRecorder {
-        let (config_sources, config_interval) = (config.sources, config.interval);
+        let (watch_bmc, config_interval) = (config.watch_bmc, config.interval);
         let state = Arc::new(Mutex::new(State::default()));
         let (commands, receiver) = mpsc::channel();
         let (stopped_tx, stopped) = mpsc::channel();
@@ -143,7 +146,7 @@ impl TelemetryRecorder {
                 None
             }
         };
-        let bmc = matches!(config_sources, Sources::All).then(|| {
+        let bmc = watch_bmc.then(|| {
             let stage_state = Arc::clone(&state);
             BmcWatch::start(
                 None,
@@ -181,7 +184,7 @@ impl TelemetryRecorder {
     pub fn run_bmc(&self) -> BmcExtremes {
         self.bmc.as_ref().map_or_else(
             || BmcExtremes {
-                unread: Some("the BMC is not among this recorder's sources".into()),
+                unread: Some("the BMC's sensors were not watched in this run".into()),
                 ..BmcExtremes::default()
             },
             BmcWatch::extremes,
