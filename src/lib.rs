@@ -16,6 +16,7 @@ pub mod mlperf;
 pub mod record;
 pub mod runtime;
 pub mod suite;
+pub mod update;
 
 /// The version every interface reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,6 +1,7 @@
 //! The modules' imports follow the one-way flow of the design: `cli` → `api` → `agent`
-//! → `suite` → `mlperf`, `engine` → `inventory`, `runtime` → `record`. A module imports
-//! only from layers below it; nothing reaches up into a layer that uses it.
+//! → `update`, `suite` → `mlperf`, `engine` → `inventory`, `runtime` → `record`. A
+//! module imports only from layers below it; nothing reaches up into a layer that uses
+//! it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -114,6 +115,24 @@ fn runtime_and_inventory_never_import_engine_suite_agent_or_api() {
             module,
             &["engine", "mlperf", "suite", "agent", "api", "cli"],
         );
+    }
+}
+
+#[test]
+fn update_never_imports_the_daemon_its_front_ends_or_the_layers_beside_it() {
+    assert_never(
+        "update",
+        &["engine", "mlperf", "suite", "agent", "api", "cli"],
+    );
+    for module in [
+        "suite",
+        "mlperf",
+        "engine",
+        "inventory",
+        "runtime",
+        "record",
+    ] {
+        assert_never(module, &["update"]);
     }
 }
 
