@@ -90,6 +90,7 @@ struct ConfigFile {
     idle_health_suite: Option<String>,
     idle_health_options: Option<toml::Table>,
     resume_after_reboot: Option<bool>,
+    image_root: Option<PathBuf>,
 }
 
 /// The configuration the agent runs with.
@@ -142,6 +143,10 @@ pub struct Config {
     /// Whether a burn-in that a reboot interrupted is taken up again, after its last
     /// finished stage, when the agent starts.
     pub resume_after_reboot: bool,
+    /// The root the OS image's files are read below (`/`; a tree on disk in tests):
+    /// os-release, the kernel command line, the partitions and the verity device in
+    /// sysfs, systemd-boot's EFI variables.
+    pub image_root: PathBuf,
 }
 
 /// A health pass the agent runs on its own while nobody uses the box.
@@ -232,6 +237,7 @@ impl Default for Config {
             front_display_socket: DEFAULT_FRONT_DISPLAY_SOCKET.into(),
             idle_health: None,
             resume_after_reboot: true,
+            image_root: "/".into(),
         }
     }
 }
@@ -373,6 +379,15 @@ impl Config {
         }
         if let Some(p) = file.front_display_socket {
             config.front_display_socket = p;
+        }
+        if let Some(p) = file.image_root {
+            if !p.is_absolute() {
+                return Err(invalid(format!(
+                    "image_root = {:?} must be an absolute path",
+                    p.display()
+                )));
+            }
+            config.image_root = p;
         }
         if let Some(resume) = file.resume_after_reboot {
             config.resume_after_reboot = resume;
@@ -586,6 +601,7 @@ mod tests {
             box_price_usd = 27500
             electricity_usd_per_kwh = 0.31
             front_display_socket = "/tmp/screen.sock"
+            image_root = "/tmp/image"
             "#,
         )
         .unwrap();
@@ -607,6 +623,7 @@ mod tests {
         assert_eq!(c.box_price_usd, Some(27_500.0));
         assert_eq!(c.electricity_usd_per_kwh, 0.31);
         assert_eq!(c.front_display_socket, PathBuf::from("/tmp/screen.sock"));
+        assert_eq!(c.image_root, PathBuf::from("/tmp/image"));
     }
 
     #[test]
@@ -627,6 +644,7 @@ mod tests {
             ("retention = 0", "at least 1"),
             ("retention = -3", "retention"),
             ("state_dir = \"relative\"", "absolute"),
+            ("image_root = \"tree\"", "absolute"),
             ("cancel_grace_s = -1.0", "cancel_grace_s"),
             ("sku = \"tinybox-blue\"", "not a known SKU"),
             ("http_max_connections = 0", "http_max_connections"),

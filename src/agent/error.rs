@@ -29,6 +29,10 @@ pub enum AgentError {
     /// file); the message says which.
     #[error("{0}")]
     Refused(String),
+    /// The machine is not a tinybox OS image, so an image's operation (a factory reset)
+    /// does not apply; the message says why.
+    #[error("{0}")]
+    NotAnImage(String),
     /// Something on the agent's side failed (the store, the worker, the inventory); not the
     /// caller's fault.
     #[error("internal error: {0}")]
@@ -52,7 +56,7 @@ impl From<ReadError> for AgentError {
 
 impl AgentError {
     /// A stable machine-readable code: `busy`, `not_found`, `invalid_args`,
-    /// `too_large`, `no_space`, `refused`, `internal`.
+    /// `too_large`, `no_space`, `refused`, `not_an_image`, `internal`.
     pub fn code(&self) -> &'static str {
         match self {
             AgentError::Busy(_) => "busy",
@@ -61,6 +65,7 @@ impl AgentError {
             AgentError::TooLarge(_) => "too_large",
             AgentError::NoSpace(_) => "no_space",
             AgentError::Refused(_) => "refused",
+            AgentError::NotAnImage(_) => "not_an_image",
             AgentError::Internal(_) => "internal",
         }
     }

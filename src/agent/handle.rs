@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use super::birth::{BoxRecords, BoxSummary};
 use super::error::AgentError;
 use super::events::AgentEvent;
+use super::image::ImageSource;
 use super::live::LiveRun;
 use super::messages::Command;
 use super::status::{Counters, HardwareView, StatusSnapshot};
@@ -28,6 +29,7 @@ pub(super) struct Shared {
     pub events: broadcast::Sender<AgentEvent>,
     pub commands: mpsc::Sender<Command>,
     pub box_records: Arc<BoxRecords>,
+    pub image: ImageSource,
 }
 
 /// A cloneable handle on the running agent.
@@ -237,6 +239,33 @@ impl AgentHandle {
     /// What the status page shows of the box's record; `None` before it was compared.
     pub fn box_summary(&self) -> Option<BoxSummary> {
         self.shared.box_records.summary()
+    }
+
+    /// The OS image's status (`ImageVersion`, `ImageSlots`, `GET /api/v1/image`), read
+    /// off the async threads.
+    pub async fn image(&self) -> crate::update::ImageStatus {
+        let source = self.shared.image.clone();
+        match blocking(move || source.status()).await {
+            Ok(status) => status,
+            Err(e) => crate::update::ImageStatus::not_an_image(&e.to_string()),
+        }
+    }
+
+    /// Asks for a factory reset: writes the request file that a root service acts on
+    /// (it reboots the box into a boot that erases the state partition). `Busy` while a
+    /// run is going, `NotAnImage` on a machine that is not a tinybox OS image.
+    /// `requested_by` says who asked, for the request file and the log.
+    pub async fn request_factory_reset(
+        &self,
+        requested_by: &str,
+    ) -> Result<crate::update::ResetRequest, AgentError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::FactoryReset {
+            requested_by: requested_by.to_string(),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| supervisor_gone())?
     }
 
     /// Every event from now on. A slow reader that falls behind gets `Lagged` and

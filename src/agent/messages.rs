@@ -40,6 +40,13 @@ pub enum Command {
         /// Gets the new inventory as JSON, or why the scan failed.
         reply: oneshot::Sender<Result<Value, AgentError>>,
     },
+    /// Write the factory-reset request, unless a run is going.
+    FactoryReset {
+        /// Who asked, in words.
+        requested_by: String,
+        /// Gets the request written, or why it was not.
+        reply: oneshot::Sender<Result<crate::update::ResetRequest, AgentError>>,
+    },
     /// Something the worker of the run in progress said or did.
     Worker(WorkerMessage),
 }

@@ -9,6 +9,7 @@ pub mod events;
 pub mod front_display;
 pub mod handle;
 pub mod idle;
+pub mod image;
 pub mod interruption;
 pub mod live;
 pub mod messages;
@@ -120,6 +121,10 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         events,
         commands: commands.clone(),
         box_records,
+        image: image::ImageSource {
+            root: config.image_root.clone(),
+            state_dir: config.state_dir.clone(),
+        },
     });
     let supervisor_config = SupervisorConfig {
         worker_exe: options.worker_exe.clone(),

@@ -142,6 +142,12 @@ impl Supervisor {
                         let _ = reply.send(rescan(shared, config).await);
                     });
                 }
+                Command::FactoryReset {
+                    requested_by,
+                    reply,
+                } => {
+                    let _ = reply.send(self.request_factory_reset(requested_by).await);
+                }
                 Command::Worker(WorkerMessage::Event { run_id, event }) => {
                     if let Some(watch) = self.watch.as_mut() {
                         watch.heard(&event, Instant::now());
@@ -222,6 +228,28 @@ impl Supervisor {
             .start(request.suite, request.options, request.trigger)
             .await;
         let _ = request.reply.send(started);
+    }
+
+    /// Writes the factory-reset request unless a run is going (or waiting to start):
+    /// the check and the write happen between two commands, so no run starts between
+    /// them.
+    async fn request_factory_reset(
+        &mut self,
+        requested_by: String,
+    ) -> Result<crate::update::ResetRequest, AgentError> {
+        if let Some(current) = self.state.current_run() {
+            return Err(AgentError::Busy(format!(
+                "{current}; cancel it or wait for it to end before a factory reset"
+            )));
+        }
+        if let Some(waiting) = &self.waiting {
+            return Err(AgentError::Busy(format!(
+                "a {} run is about to start",
+                waiting.suite
+            )));
+        }
+        let image = self.shared.image.clone();
+        blocking(move || image.request_reset(&requested_by)).await?
     }
 
     async fn start(

@@ -22,8 +22,20 @@ pub enum Agent1Error {
     NoSpace(String),
     /// A file the agent never serves (a link in a run folder).
     Refused(String),
+    /// The machine is not a tinybox OS image (a factory reset was asked for).
+    NotAnImage(String),
     /// Something broke inside the agent.
     Internal(String),
+}
+
+impl Agent1Error {
+    /// `org.freedesktop.DBus.Error.AccessDenied`, as the bus's own policy refuses a
+    /// call, for a method that checks its caller itself.
+    pub fn access_denied(message: String) -> Agent1Error {
+        Agent1Error::ZBus(zbus::Error::DBus(std::sync::Arc::new(
+            zbus::fdo::Error::AccessDenied(message),
+        )))
+    }
 }
 
 impl From<AgentError> for Agent1Error {
@@ -38,6 +50,7 @@ impl From<AgentError> for Agent1Error {
             AgentError::TooLarge(_) => Agent1Error::TooLarge(description),
             AgentError::NoSpace(_) => Agent1Error::NoSpace(description),
             AgentError::Refused(_) => Agent1Error::Refused(description),
+            AgentError::NotAnImage(_) => Agent1Error::NotAnImage(description),
             AgentError::Internal(_) => Agent1Error::Internal(description),
         }
     }

@@ -27,6 +27,8 @@ pub const PROPERTIES: &[&str] = &[
     "Hardware",
     "Sku",
     "Version",
+    "ImageVersion",
+    "ImageSlots",
 ];
 
 /// The agent as exported on the bus.
@@ -91,6 +93,31 @@ impl AgentInterface {
         to_json(&self.handle.rescan().await?)
     }
 
+    /// Asks for a factory reset: the agent writes its request, a root service reboots
+    /// the box into a boot that erases the state partition (runs, records, settings in
+    /// /etc). Root only, by the bus policy and by the agent's own check of the caller.
+    /// `Busy` while a run is going, `NotAnImage` on a machine that is not a tinybox OS
+    /// image.
+    async fn factory_reset(
+        &self,
+        #[zbus(header)] header: zbus::message::Header<'_>,
+        #[zbus(connection)] connection: &zbus::Connection,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+    ) -> Result<(), Agent1Error> {
+        let uid = caller_uid(connection, &header).await?;
+        if uid != 0 {
+            return Err(Agent1Error::access_denied(format!(
+                "only root may ask for a factory reset (the caller is uid {uid})"
+            )));
+        }
+        self.handle
+            .request_factory_reset(&format!("dbus uid {uid}"))
+            .await?;
+        // The status now says a reset is pending.
+        let _ = self.image_slots_changed(&emitter).await;
+        Ok(())
+    }
+
     /// `idle` or `running`.
     #[zbus(property)]
     async fn state(&self) -> String {
@@ -151,6 +178,21 @@ impl AgentInterface {
         crate::VERSION.to_string()
     }
 
+    /// The OS image's version (`IMAGE_VERSION`); empty when the agent does not run on a
+    /// tinybox OS image.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn image_version(&self) -> String {
+        self.handle.image().await.version().to_string()
+    }
+
+    /// The OS image's status as JSON, as `GET /api/v1/image` gives it: version, booted
+    /// slot, verity, both slots, the state partition, a pending factory reset; or
+    /// `{"image": false, "message": ...}`.
+    #[zbus(property)]
+    async fn image_slots(&self) -> String {
+        serde_json::to_string(&self.handle.image().await).unwrap_or_else(|_| "{}".to_string())
+    }
+
     /// A run started.
     #[zbus(signal)]
     pub async fn run_started(
@@ -177,4 +219,20 @@ impl AgentInterface {
         state: &str,
         verdict: &str,
     ) -> zbus::Result<()>;
+}
+
+/// The uid of the connection that sent the call, as the bus knows it.
+async fn caller_uid(
+    connection: &zbus::Connection,
+    header: &zbus::message::Header<'_>,
+) -> Result<u32, Agent1Error> {
+    let sender = header.sender().ok_or_else(|| {
+        Agent1Error::access_denied("the call names no sender, so its caller is unknown".into())
+    })?;
+    let bus = zbus::fdo::DBusProxy::new(connection)
+        .await
+        .map_err(|e| Agent1Error::Internal(format!("cannot ask the bus who called: {e}")))?;
+    bus.get_connection_unix_user(sender.clone().into())
+        .await
+        .map_err(|e| Agent1Error::Internal(format!("cannot ask the bus who called: {e}")))
 }

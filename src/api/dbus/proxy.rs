@@ -35,6 +35,9 @@ pub trait Agent1 {
     /// Takes the inventory again; returns it as JSON.
     fn rescan(&self) -> Result<String, Agent1Error>;
 
+    /// Asks for a factory reset (root only).
+    fn factory_reset(&self) -> Result<(), Agent1Error>;
+
     /// `idle` or `running`.
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
@@ -62,6 +65,13 @@ pub trait Agent1 {
     /// The agent's version.
     #[zbus(property(emits_changed_signal = "const"))]
     fn version(&self) -> zbus::Result<String>;
+
+    /// The OS image's version; empty when not on a tinybox OS image.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn image_version(&self) -> zbus::Result<String>;
+    /// The OS image's status as JSON.
+    #[zbus(property)]
+    fn image_slots(&self) -> zbus::Result<String>;
 
     /// A run started.
     #[zbus(signal)]

@@ -61,6 +61,15 @@ pub struct StartRequest {
     pub options: Map<String, Value>,
 }
 
+/// `POST /api/v1/image/factory-reset`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FactoryResetRequest {
+    /// The box's host name, as a confirmation.
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
 #[derive(Serialize)]
 struct RunsPage {
     runs: Vec<RunBrief>,
@@ -112,6 +121,8 @@ impl App {
                 StatusCode::OK,
                 &*self.handle.box_record().await?,
             )),
+            Endpoint::Image => Ok(response::json(StatusCode::OK, &self.handle.image().await)),
+            Endpoint::ImageFactoryReset => self.factory_reset(request).await,
             Endpoint::Live => Ok(self
                 .handle
                 .with_live(|live| response::json(StatusCode::OK, live))),
@@ -155,6 +166,43 @@ impl App {
             response.headers_mut().insert(LOCATION, location);
         }
         Ok(response)
+    }
+
+    /// `POST /api/v1/image/factory-reset`: the body must confirm the box's host name,
+    /// so that a reset meant for one box never erases another.
+    async fn factory_reset(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        let peer = peer_of(&request);
+        self.tokens.check(request.headers(), peer)?;
+        let bytes = read_json_bytes(request, self.limits.max_body_bytes).await?;
+        let confirm = if bytes.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            parse_json::<FactoryResetRequest>(&bytes)?.confirm
+        };
+        let hostname = metrics::hostname();
+        if hostname.is_empty() || confirm.as_deref() != Some(hostname.as_str()) {
+            let given = match &confirm {
+                Some(given) => format!("confirm is {}", crate::echo::quoted(given)),
+                None => "no confirm was given".to_string(),
+            };
+            return Err(ApiError::bad_request(
+                "confirm_mismatch",
+                format!(
+                    "a factory reset erases this box's state partition; send                      {{\"confirm\": {}}}, the box's host name ({given})",
+                    serde_json::Value::String(hostname)
+                ),
+            ));
+        }
+        self.handle
+            .request_factory_reset(&format!("http {peer}"))
+            .await?;
+        Ok(response::json(
+            StatusCode::ACCEPTED,
+            &json!({
+                "factory_reset": "requested",
+                "message": "the box reboots and erases its state partition",
+            }),
+        ))
     }
 
     async fn cancel_run(
@@ -241,6 +289,7 @@ impl App {
         let counters = self.handle.counters();
         let hostname = metrics::hostname();
         let runs_stored = self.handle.runs_stored();
+        let image = self.handle.image().await;
         let text = self.handle.with_hardware(|hardware| {
             metrics::render(&metrics::Snapshot {
                 status: &status,
@@ -253,6 +302,7 @@ impl App {
                 process: process.as_ref(),
                 runs_stored,
                 tokens: self.tokens.figures(),
+                image: Some(&image),
             })
         });
         Ok(response::bytes(StatusCode::OK, response::PROMETHEUS, text))
@@ -289,6 +339,7 @@ impl App {
         let health = self.health_verdicts(trend_runs).await;
         let hardware = self.handle.hardware();
         let box_record = self.handle.box_summary();
+        let image = self.handle.image().await.headline();
         let html = self.handle.with_live(|live| {
             page::home::render(&page::home::PageData {
                 status: &status,
@@ -300,6 +351,7 @@ impl App {
                 charts: page::assets::has_charts(),
                 now: Utc::now(),
                 box_record: box_record.as_ref(),
+                image: Some(&image),
             })
         });
         Ok(page_response(html.into()))

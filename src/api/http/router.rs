@@ -19,6 +19,8 @@ pub enum Endpoint {
     Status,
     Hardware,
     Box,
+    Image,
+    ImageFactoryReset,
     Live,
     Runs,
     Run(String),
@@ -42,6 +44,8 @@ pub const ROUTES: &[(&str, &[Method])] = &[
     ("/api/v1/status", GET),
     ("/api/v1/hardware", GET),
     ("/api/v1/box", GET),
+    ("/api/v1/image", GET),
+    ("/api/v1/image/factory-reset", POST),
     ("/api/v1/live", GET),
     ("/api/v1/runs", GET_POST),
     ("/api/v1/runs/{id}", GET),
@@ -67,6 +71,8 @@ impl Endpoint {
             "/api/v1/status" => Endpoint::Status,
             "/api/v1/hardware" => Endpoint::Hardware,
             "/api/v1/box" => Endpoint::Box,
+            "/api/v1/image" => Endpoint::Image,
+            "/api/v1/image/factory-reset" => Endpoint::ImageFactoryReset,
             "/api/v1/live" => Endpoint::Live,
             "/api/v1/runs" => Endpoint::Runs,
             "/api/v1/events" => Endpoint::Events,
@@ -118,7 +124,7 @@ impl Endpoint {
     pub fn methods(&self) -> &'static [Method] {
         match self {
             Endpoint::Runs => GET_POST,
-            Endpoint::RunCancel(_) => POST,
+            Endpoint::RunCancel(_) | Endpoint::ImageFactoryReset => POST,
             _ => GET,
         }
     }

@@ -39,6 +39,7 @@ pub fn explain(
         Agent1Error::TooLarge(description) => format!("the agent cannot send it: {description}"),
         Agent1Error::NoSpace(description) => format!("the agent cannot start a run: {description}"),
         Agent1Error::Refused(description) => format!("the agent will not serve it: {description}"),
+        Agent1Error::NotAnImage(description) => description.clone(),
         Agent1Error::Internal(description) => format!("the agent failed: {description}"),
         Agent1Error::ZBus(e) => explain_bus_error(e, bus),
     }

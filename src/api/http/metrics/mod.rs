@@ -42,6 +42,8 @@ pub struct Snapshot<'a> {
     pub runs_stored: usize,
     /// Wrong write tokens seen and the writes refused for them.
     pub tokens: super::auth::TokenFigures,
+    /// The OS image the agent runs on; `None` when not read.
+    pub image: Option<&'a crate::update::ImageStatus>,
 }
 
 pub fn render(s: &Snapshot<'_>) -> String {
@@ -59,6 +61,15 @@ pub fn render(s: &Snapshot<'_>) -> String {
         process::render(&mut out, figures);
     }
     tokens(&mut out, &s.tokens);
+    if let Some(os) = s.image.and_then(|image| image.os.as_ref()) {
+        out.gauge(
+            "tinyperf_image_info",
+            "Always 1 on a tinybox OS image; the labels name the OS image's version and the slot \
+             (a or b) it booted from.",
+            &[("version", &os.version), ("slot", &os.slot)],
+            1.0,
+        );
+    }
     out.into_text()
 }
 
@@ -199,6 +210,49 @@ mod tests {
     }
 
     #[test]
+    fn the_image_info_is_there_only_on_an_image() {
+        let root = tempfile::tempdir().unwrap();
+        crate::update::fixture::image(
+            root.path(),
+            crate::update::fixture::ImageLayout {
+                a: crate::update::fixture::SlotContent::Empty,
+                b: crate::update::fixture::SlotContent::Version("20261205.1130"),
+                booted: 'b',
+                verity: true,
+            },
+        );
+        let image = crate::update::status::read(root.path(), Default::default());
+        let hardware = serde_json::json!({});
+        let (status, counters, latest) = (status(), Counters::default(), LatestResults::default());
+        let render_with = |image| {
+            render(&Snapshot {
+                status: &status,
+                counters: &counters,
+                hardware: &hardware,
+                hostname: "tb",
+                latest: &latest,
+                suite_runs: &[],
+                live_sample: None,
+                process: None,
+                runs_stored: 0,
+                tokens: Default::default(),
+                image,
+            })
+        };
+        let text = render_with(Some(&image));
+        assert!(
+            text.contains("# TYPE tinyperf_image_info gauge\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ntinyperf_image_info{version=\"20261205.1130\",slot=\"b\"} 1\n"),
+            "{text}"
+        );
+        let debian = crate::update::ImageStatus::not_an_image("no os-release");
+        assert!(!render_with(Some(&debian)).contains("tinyperf_image_info"));
+    }
+
+    #[test]
     fn renders_box_results_checks_telemetry_and_process_families() {
         let acceptance = run(
             "r1",
@@ -281,6 +335,7 @@ mod tests {
                 bad_tokens: 12,
                 refused: 3,
             },
+            image: None,
         });
         // Smoke finished after acceptance; acceptance's checks about single GPUs stay.
         let suite_runs = [Arc::new(acceptance), Arc::new(smoke)];
@@ -297,6 +352,7 @@ mod tests {
                 process: None,
                 runs_stored: 4,
                 tokens: Default::default(),
+                image: None,
             }
         });
         for line in [

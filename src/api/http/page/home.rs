@@ -44,6 +44,9 @@ pub struct PageData<'a> {
     pub now: DateTime<Utc>,
     /// The box's birth record and what changed since; `None` before it was compared.
     pub box_record: Option<&'a BoxSummary>,
+    /// The OS image in a line (`OS 20261205.1130 · slot A · verified`, or why this is
+    /// not a tinybox OS image); `None` leaves it out.
+    pub image: Option<&'a str>,
 }
 
 #[derive(Template)]
@@ -71,6 +74,7 @@ struct HomePage<'a> {
     parts: &'a HistoryParts,
     comparison: &'a Comparison,
     box_record: Option<BoxRecordPart>,
+    os_line: Option<String>,
 }
 
 /// The page's "Box record" section.
@@ -152,6 +156,7 @@ pub fn render(d: &PageData<'_>) -> String {
         parts: d.history,
         comparison: &d.history.comparison,
         box_record: d.box_record.map(|b| box_record_part(b, d.now)),
+        os_line: d.image.map(String::from),
     };
     page.render().unwrap_or_else(|e| {
         format!("<!doctype html><title>tinyperf</title><p>the page could not be rendered: {e}</p>")
@@ -274,6 +279,7 @@ mod tests {
             charts: true,
             now: Utc::now(),
             box_record: None,
+            image: None,
         })
     }
 
@@ -290,6 +296,36 @@ mod tests {
             !html.contains(" style=\""),
             "an inline style would be refused by the policy"
         );
+    }
+
+    #[test]
+    fn the_header_names_the_os_image_and_its_slot() {
+        let st = status(AgentState::Idle);
+        let with = |image| {
+            render(&PageData {
+                status: &st,
+                hardware: &json!({}),
+                history: &history_parts(&st.sku, &[], &[], &Prices::default()),
+                current: None,
+                live: &LiveRun::default(),
+                health: &HashMap::new(),
+                charts: false,
+                now: Utc::now(),
+                box_record: None,
+                image,
+            })
+        };
+        let html = with(Some("OS 20261205.1130 · slot A · verified"));
+        assert!(
+            html.contains("<span id=\"os\">OS 20261205.1130 · slot A · verified</span>"),
+            "{html}"
+        );
+        let html = with(Some("not a tinybox OS image (<no os-release>)"));
+        assert!(
+            html.contains("not a tinybox OS image (&#60;no os-release&#62;)"),
+            "{html}"
+        );
+        assert!(!with(None).contains("id=\"os\""));
     }
 
     #[test]
@@ -310,6 +346,7 @@ mod tests {
             charts: true,
             now: Utc::now(),
             box_record: Some(&summary),
+            image: None,
         });
         assert!(html.contains("<section id=\"box-record\">"), "{html}");
         assert!(
@@ -482,6 +519,7 @@ mod tests {
             charts: false,
             now: Utc::now(),
             box_record: None,
+            image: None,
         });
         assert!(html.contains("<dd id=\"epoch\">2 of 10</dd>"), "{html}");
         // 20 steps in 20 s, 80 to go.
