@@ -154,6 +154,8 @@ install: $(if $(BIN),,release)
 	$(INSTALL_BIN) man --dir $(MAN1_DIR) >/dev/null
 	chmod 644 $(BASH_COMPLETION_DIR)/tinyperf $(ZSH_COMPLETION_DIR)/_tinyperf $(FISH_COMPLETION_DIR)/tinyperf.fish $(MAN1_DIR)/tinyperf*.1
 	install -Dm644 systemd/tinyperf.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf.service
+	install -Dm644 systemd/tinyperf-factory-reset.path $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf-factory-reset.path
+	install -Dm644 systemd/tinyperf-factory-reset.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf-factory-reset.service
 	install -Dm644 systemd/org.tinyperf.Agent1.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.tinyperf.Agent1.conf
 	install -Dm644 systemd/org.tinyperf.Agent1.service $(DESTDIR)$(PREFIX)/share/dbus-1/system-services/org.tinyperf.Agent1.service
 	install -Dm644 systemd/tinyperf.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/tinyperf.conf

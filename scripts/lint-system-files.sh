@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the files tinyperf installs into the OS image with the tools that read them on
-# the box: the systemd unit (systemd-analyze verify and security), the sysusers entry
+# the box: the systemd unit (systemd-analyze verify and security), the factory-reset path
+# unit and service (systemd-analyze verify), the sysusers entry
 # (systemd-sysusers), the tmpfiles entry (systemd-tmpfiles, in a scratch root), the D-Bus
 # policy and activation file (a real dbus-daemon), and the udev rules (udevadm test, plus a
 # syntax check of our own, see lint_udev_rules).
@@ -151,6 +152,39 @@ lint_unit() {
         return
     fi
     pass "systemd/tinyperf.service ($(printf '%s\n' "$out" | tail -n 1 | sed 's/^→ //'))"
+}
+
+# --- factory-reset units ----------------------------------------------------------------
+# The path unit that watches for the agent's factory-reset request and the root service
+# it starts (tinyperf image factory-reset --requested): systemd-analyze verify, with
+# nothing to say; the path must start that service.
+lint_factory_reset_units() {
+    local path_unit=$source_root/systemd/tinyperf-factory-reset.path
+    local service=$source_root/systemd/tinyperf-factory-reset.service
+    if [ ! -f "$path_unit" ] && [ ! -f "$service" ]; then
+        skip "systemd/tinyperf-factory-reset.{path,service} are not in this tree"
+        return
+    fi
+    if [ ! -f "$path_unit" ] || [ ! -f "$service" ]; then
+        fail "systemd/tinyperf-factory-reset.path and .service come together; one is missing"
+        return
+    fi
+    local root=$work/reset-root
+    mkdir -p "$root/usr/bin" "$root/usr/lib/systemd"
+    cp -r "$stock_units" "$root/usr/lib/systemd/system"
+    ln "$binary" "$root/usr/bin/tinyperf" 2>/dev/null || cp "$binary" "$root/usr/bin/tinyperf"
+    cp "$path_unit" "$service" "$root/usr/lib/systemd/system/"
+    local out rc=0
+    out=$(systemd-analyze verify --root="$root" tinyperf-factory-reset.path \
+        tinyperf-factory-reset.service 2>&1) || rc=$?
+    if [ "$rc" -ne 0 ] || [ -n "$out" ]; then
+        fail "systemd/tinyperf-factory-reset.{path,service}: systemd-analyze verify (rc=$rc)" "$out"
+    elif ! grep -qx 'Unit=tinyperf-factory-reset.service' "$path_unit" ||
+        ! grep -qx 'ExecStart=/usr/bin/tinyperf image factory-reset --requested' "$service"; then
+        fail "systemd/tinyperf-factory-reset.path does not start the service that applies the request"
+    else
+        pass "systemd/tinyperf-factory-reset.path and .service"
+    fi
 }
 
 # --- sysusers ---------------------------------------------------------------------------
@@ -389,6 +423,7 @@ lint_udev_rules() {
 
 echo "lint-system-files: $source_root (binary $binary)"
 lint_unit
+lint_factory_reset_units
 lint_sysusers
 lint_tmpfiles
 lint_dbus

@@ -31,6 +31,7 @@ fn main() -> ExitCode {
         Command::Gpu(command) => tinyperf::cli::gpu::main(&command),
         Command::Mlperf(command) => tinyperf::cli::mlperf::main(&command),
         Command::Box(command) => tinyperf::cli::box_record::main(&command),
+        Command::Image(command) => tinyperf::cli::image::main(&command),
         Command::Completions(args) => tinyperf::cli::generate::completions(&args),
         Command::Man(args) => tinyperf::cli::generate::man(&args),
     };

@@ -54,6 +54,9 @@ pub enum Command {
     /// The box's birth record: the parts it was accepted with, and what changed since.
     #[command(subcommand)]
     Box(BoxCommand),
+    /// The OS image this runs on: its version and A/B slots, and factory reset.
+    #[command(subcommand)]
+    Image(ImageCommand),
     /// Print a shell's completion script (bash, zsh, fish, elvish, powershell); `make
     /// install` installs them. Hidden from --help: packaging, not operating the box.
     #[command(hide = true)]
@@ -71,6 +74,57 @@ pub enum BoxCommand {
     /// status 1 when something did); with --save, write the box as it is now as its
     /// record.
     Record(BoxRecordArgs),
+}
+
+/// `tinyperf image`: the OS image as firmware.
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Print the OS image's version, the slot it booted from, whether its root is
+    /// verified, both slots and the state partition; on another machine, that it is
+    /// not a tinybox OS image.
+    Status(ImageStatusArgs),
+    /// Erase the state partition (runs, records, changes to /etc) in a reboot: as root,
+    /// sets systemd-boot's next boot to the running version's factory-reset profile and
+    /// reboots. Refused while a run is going; at a terminal it asks for the box's host
+    /// name unless --yes.
+    FactoryReset(ImageFactoryResetArgs),
+}
+
+/// `tinyperf image status`: where the image is read and how to print it.
+#[derive(Debug, Args)]
+pub struct ImageStatusArgs {
+    /// Print the status as JSON, as GET /api/v1/image gives it.
+    #[arg(long)]
+    pub json: bool,
+    /// Root of the tree the image is read below (DIR/usr/lib/os-release, DIR/proc,
+    /// DIR/sys).
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// The agent's state folder, where a factory-reset request waits.
+    #[arg(long, default_value = crate::agent::config::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+}
+
+/// `tinyperf image factory-reset`: how it is confirmed and where things are.
+#[derive(Debug, Args)]
+pub struct ImageFactoryResetArgs {
+    /// Do not ask for the host name.
+    #[arg(long)]
+    pub yes: bool,
+    /// Act on the agent's request: only when STATE/factory-reset.request exists, which
+    /// is removed first (what tinyperf-factory-reset.service runs).
+    #[arg(long)]
+    pub requested: bool,
+    /// Root of the tree the image is read below.
+    #[arg(long, default_value = "/")]
+    pub root: PathBuf,
+    /// The agent's state folder: the request file and the run store.
+    #[arg(long, default_value = crate::agent::config::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+    /// The bus the agent is asked on whether a run is going: `system`, `session`, or a
+    /// D-Bus address.
+    #[arg(long, default_value = "system")]
+    pub bus: String,
 }
 
 /// `tinyperf box record`: where the box is read and where its record is kept.

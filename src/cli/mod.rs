@@ -9,6 +9,7 @@ pub mod gpu;
 mod gpu_compile;
 mod gpu_floors;
 pub mod human;
+pub mod image;
 pub mod kernel_log;
 pub mod mlperf;
 pub mod printable;
