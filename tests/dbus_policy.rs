@@ -329,6 +329,7 @@ fn anyone_reads_but_only_root_and_group_tinyperf_write() {
         ),
         ("org.tinyperf.Agent1.Cancel", &["string:nope"]),
         ("org.tinyperf.Agent1.Rescan", &[]),
+        ("org.tinyperf.Agent1.FactoryReset", &[]),
         (
             "org.freedesktop.DBus.Properties.Set",
             &[
@@ -347,9 +348,14 @@ fn anyone_reads_but_only_root_and_group_tinyperf_write() {
     }
     let (ok, text) = start_inventory(&bus, Caller::Nobody);
     assert!(!ok && text.contains("Access denied"), "{text}");
-    // Properties.Set is refused by the bus even for group tinyperf.
-    let (ok, text) = call(&bus, Caller::NobodyInGroup(gid), writes[3].0, writes[3].1);
-    assert!(!ok && text.contains(ACCESS_DENIED), "{text}");
+    // Properties.Set and FactoryReset are refused by the bus even for group tinyperf.
+    for (member, args) in &writes[3..] {
+        let (ok, text) = call(&bus, Caller::NobodyInGroup(gid), member, args);
+        assert!(
+            !ok && text.contains(ACCESS_DENIED),
+            "group tinyperf must not call {member}: {text}"
+        );
+    }
 
     // A member of group tinyperf gets through to the agent.
     let (ok, text) = call(

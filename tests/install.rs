@@ -90,6 +90,11 @@ fn make_install_places_the_binary_system_files_completions_and_man_pages() {
     let expected = [
         ("usr/bin/tinyperf", 0o755),
         ("usr/lib/systemd/system/tinyperf.service", 0o644),
+        ("usr/lib/systemd/system/tinyperf-factory-reset.path", 0o644),
+        (
+            "usr/lib/systemd/system/tinyperf-factory-reset.service",
+            0o644,
+        ),
         ("usr/share/dbus-1/system.d/org.tinyperf.Agent1.conf", 0o644),
         ("usr/lib/udev/rules.d/70-tinyperf.rules", 0o644),
         ("usr/lib/sysusers.d/tinyperf.conf", 0o644),

@@ -22,20 +22,14 @@ pub enum Agent1Error {
     NoSpace(String),
     /// A file the agent never serves (a link in a run folder).
     Refused(String),
+    /// The caller may not call this method (a method that checks its caller itself:
+    /// `FactoryReset` is root's); the bus's own refusals are
+    /// `org.freedesktop.DBus.Error.AccessDenied`.
+    AccessDenied(String),
     /// The machine is not a tinybox OS image (a factory reset was asked for).
     NotAnImage(String),
     /// Something broke inside the agent.
     Internal(String),
-}
-
-impl Agent1Error {
-    /// `org.freedesktop.DBus.Error.AccessDenied`, as the bus's own policy refuses a
-    /// call, for a method that checks its caller itself.
-    pub fn access_denied(message: String) -> Agent1Error {
-        Agent1Error::ZBus(zbus::Error::DBus(std::sync::Arc::new(
-            zbus::fdo::Error::AccessDenied(message),
-        )))
-    }
 }
 
 impl From<AgentError> for Agent1Error {

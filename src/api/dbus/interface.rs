@@ -106,7 +106,7 @@ impl AgentInterface {
     ) -> Result<(), Agent1Error> {
         let uid = caller_uid(connection, &header).await?;
         if uid != 0 {
-            return Err(Agent1Error::access_denied(format!(
+            return Err(Agent1Error::AccessDenied(format!(
                 "only root may ask for a factory reset (the caller is uid {uid})"
             )));
         }
@@ -227,7 +227,7 @@ async fn caller_uid(
     header: &zbus::message::Header<'_>,
 ) -> Result<u32, Agent1Error> {
     let sender = header.sender().ok_or_else(|| {
-        Agent1Error::access_denied("the call names no sender, so its caller is unknown".into())
+        Agent1Error::AccessDenied("the call names no sender, so its caller is unknown".into())
     })?;
     let bus = zbus::fdo::DBusProxy::new(connection)
         .await
