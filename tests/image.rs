@@ -501,10 +501,10 @@ fn requested_factory_reset_with_stand_in_bootctl_and_systemctl_boots_profile_1_o
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         calls(&log),
-        format!("bootctl set-oneshot tinybox_{VERSION}.efi@1\nsystemctl reboot\n")
+        format!("bootctl set-oneshot tinybox_{VERSION}.efi@factory-reset\nsystemctl reboot\n")
     );
     assert!(!state.path().join(REQUEST_FILE).exists());
-    assert!(text(&out).contains(&format!("tinybox_{VERSION}.efi@1")));
+    assert!(text(&out).contains(&format!("tinybox_{VERSION}.efi@factory-reset")));
 }
 
 #[test]

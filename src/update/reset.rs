@@ -1,8 +1,8 @@
 //! Factory reset, split by privilege. The agent (an unprivileged user) only writes a
 //! request file into its state folder; a root service started by a path unit on that
-//! file applies it: it asks systemd-boot to boot the running entry's factory-reset
-//! profile once (`bootctl set-oneshot <entry>@1`; the UKI's profile 1 adds
-//! `systemd.factory_reset=1`) and reboots. In that boot systemd-repart erases the state
+//! file applies it: it asks systemd-boot to boot the running version's factory-reset
+//! profile once (`bootctl set-oneshot tinybox_<version>.efi@factory-reset`; that
+//! profile of the UKI adds `systemd.factory_reset=1`) and reboots. In that boot systemd-repart erases the state
 //! partition in the initrd.
 
 use std::path::{Path, PathBuf};
@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 pub const REQUEST_FILE: &str = "factory-reset.request";
 /// The vendor GUID of systemd-boot's EFI variables (the Boot Loader Interface).
 pub const LOADER_GUID: &str = "4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";
-/// The UKI profile that boots into a factory reset.
-pub const RESET_PROFILE: u32 = 1;
+/// The `ID=` of the UKI profile that boots into a factory reset; systemd-boot names
+/// a profile's entry `<file>@<ID>`, in lower case.
+pub const RESET_PROFILE: &str = "factory-reset";
 
 /// Why a factory reset cannot be asked for or arranged.
 #[derive(Debug, thiserror::Error)]
@@ -185,19 +186,12 @@ pub fn selected_entry(root: &Path) -> Result<String, ResetError> {
     decode_efi_string(&bytes).map_err(|why| ResetError::Garbled { path, why })
 }
 
-/// The entry `entry` with its profile (`@N`) replaced by the factory-reset one:
-/// `tinybox_20261205.1130.efi@0` and `tinybox_20261205.1130.efi` both give
-/// `tinybox_20261205.1130.efi@1`.
-pub fn factory_reset_entry(entry: &str) -> String {
-    let base = match entry.rsplit_once('@') {
-        Some((base, profile))
-            if !profile.is_empty() && profile.chars().all(|c| c.is_ascii_digit()) =>
-        {
-            base
-        }
-        _ => entry,
-    };
-    format!("{base}@{RESET_PROFILE}")
+/// The systemd-boot entry of version `version`'s factory-reset profile:
+/// `tinybox_20261205.1130.efi@factory-reset`. It is named after the running
+/// version, not the entry booted: a boot through a hand-made entry (a test's, an
+/// operator's) still resets into the UKI of the version that runs.
+pub fn factory_reset_entry(version: &str) -> String {
+    format!("tinybox_{version}.efi@{RESET_PROFILE}").to_lowercase()
 }
 
 /// Whether systemd-boot's next boot (`LoaderEntryOneShot`) is a factory-reset profile.
@@ -209,7 +203,8 @@ pub fn oneshot_is_factory_reset(root: &Path) -> bool {
 }
 
 /// Arranges the factory-reset boot and reboots: checks that `root` is a tinybox OS
-/// image, finds the entry booted, runs `bootctl set-oneshot <entry>@1`, then
+/// image booted by systemd-boot, runs `bootctl set-oneshot
+/// tinybox_<version>.efi@factory-reset`, then
 /// `systemctl reboot` (both looked up on PATH). Returns the entry it set. Root only:
 /// bootctl writes an EFI variable and systemctl asks systemd to reboot.
 pub fn apply(root: &Path) -> Result<String, ResetError> {
@@ -221,7 +216,14 @@ pub fn apply(root: &Path) -> Result<String, ResetError> {
                 .unwrap_or_else(|| "not a tinybox OS image".into()),
         ));
     }
-    let entry = factory_reset_entry(&selected_entry(root)?);
+    selected_entry(root)?;
+    let version = status.version().to_string();
+    if version.is_empty() {
+        return Err(ResetError::NotAnImage(
+            "the image's os-release names no IMAGE_VERSION".into(),
+        ));
+    }
+    let entry = factory_reset_entry(&version);
     run("bootctl", &["set-oneshot", &entry])?;
     tracing::warn!(entry = %entry, "factory reset: the next boot erases the state partition; rebooting");
     run("systemctl", &["reboot"])?;
@@ -273,16 +275,15 @@ mod tests {
     }
 
     #[test]
-    fn the_selected_entry_gets_the_reset_profile() {
+    fn the_running_version_gets_its_reset_profile_in_lower_case() {
         assert_eq!(
-            factory_reset_entry("tinybox_20261205.1130.efi"),
-            "tinybox_20261205.1130.efi@1"
+            factory_reset_entry("20261205.1130"),
+            "tinybox_20261205.1130.efi@factory-reset"
         );
         assert_eq!(
-            factory_reset_entry("tinybox_20261205.1130.efi@0"),
-            "tinybox_20261205.1130.efi@1"
+            factory_reset_entry("7.RC1"),
+            "tinybox_7.rc1.efi@factory-reset"
         );
-        assert_eq!(factory_reset_entry("odd@name.efi"), "odd@name.efi@1");
     }
 
     #[test]
@@ -327,7 +328,7 @@ mod tests {
         assert!(!oneshot_is_factory_reset(root.path()));
         std::fs::write(
             efi_variable_path(root.path(), "LoaderEntryOneShot"),
-            efi_string("tinybox_2.efi@1"),
+            efi_string("tinybox_2.efi@factory-reset"),
         )
         .unwrap();
         assert!(oneshot_is_factory_reset(root.path()));

@@ -269,7 +269,7 @@ fn a_pending_factory_reset_is_seen_in_the_request_file_and_the_next_boot() {
     fixture::efi_variable(
         root.path(),
         "LoaderEntryOneShot",
-        &format!("tinybox_{A}.efi@1"),
+        &format!("tinybox_{A}.efi@factory-reset"),
     );
     assert!(pending(root.path()));
     fixture::write(
