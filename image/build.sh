@@ -48,11 +48,12 @@ if [[ ! "$variant" =~ ^[a-z0-9-]+$ ]] || [ ! -f "$variant_file" ]; then
     die "no variant '$variant' (known: $known)"
 fi
 DESCRIPTION="" COMPONENTS="main" PACKAGES="" APT_SOURCES="" KEYRINGS="" MODULES_LOAD="" MIN_FREE_GIB=5 ROOTFS_MIN_FREE_GIB=2
-DPKG_EXCLUDES="" WHEELS="" DKMS_MODULES="" CHECK_MODULES=""
+DPKG_EXCLUDES="" WHEELS="" DKMS_MODULES="" CHECK_MODULES="" BUILD_ONLY_PACKAGES="" KEEP_PACKAGES="" SLOT_MIB=""
 # shellcheck source=/dev/null
 . "$variant_file"
 [ -n "$DESCRIPTION" ] || die "$variant_file sets no DESCRIPTION"
-export MODULES_LOAD DKMS_MODULES CHECK_MODULES
+[[ "$SLOT_MIB" =~ ^[0-9]+$ ]] || die "$variant_file sets no SLOT_MIB (the size of each OS slot, in MiB)"
+export MODULES_LOAD DKMS_MODULES CHECK_MODULES BUILD_ONLY_PACKAGES KEEP_PACKAGES PACKAGES
 if [ -d "$repo/image/variants/$variant.rootfs" ]; then
     export VARIANT_ROOTFS="$repo/image/variants/$variant.rootfs"
 else
@@ -68,7 +69,7 @@ if ! grep -qs '^VERSION_ID="12"' /etc/os-release || ! grep -qs '^ID=debian' /etc
 fi
 
 "$repo/image/host-deps.sh" build || die "cannot install the build tools (see above)"
-for tool in mmdebstrap mcopy mmd mkfs.vfat sfdisk mke2fs zstd bmaptool sha256sum curl python3; do
+for tool in mmdebstrap sfdisk zstd bmaptool sha256sum curl python3 jq openssl unshare xz; do
     command -v "$tool" >/dev/null || die "missing tool '$tool' on the build host"
 done
 
@@ -94,6 +95,12 @@ done
 
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || date +%s)}
 version=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
+# The OS version: what os-release's IMAGE_VERSION, the UKI, the slot's
+# partitions and the update files are named after. Later builds sort higher.
+IMAGE_VERSION=${IMAGE_VERSION:-$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y%m%d.%H%M%S)}
+[[ "$IMAGE_VERSION" =~ ^[0-9][0-9A-Za-z.~^]{0,23}$ ]] ||
+    die "IMAGE_VERSION=$IMAGE_VERSION: use digits, letters, '.', '~' or '^' (no '_', '-' or '+'), at most 24 characters, starting with a digit"
+export IMAGE_VERSION
 name="tinybox-$variant"
 
 # --- Work folder; only complete outputs are renamed into $out -----------
@@ -124,12 +131,13 @@ while IFS= read -r line; do
 done <<<"$APT_SOURCES"
 
 # The base every variant has: systemd with networkd, D-Bus, systemd-repart
-# (its own package from trixie on; it grows the root partition at first boot),
-# the kernel with an initramfs, systemd-boot's EFI binary, an SSH server, and
+# (its own package from trixie on; in the initrd it creates the state
+# partition), systemd-cryptsetup (dm-verity), bootctl, the kernel with dracut
+# for a systemd initrd, systemd-boot's EFI binary, an SSH server, and
 # the tools the agent's inventory and an operator use (man-db and bash-completion
 # so that tinyperf's own man pages and completions work over SSH).
 base="systemd systemd-sysv udev dbus libpam-systemd systemd-timesyncd systemd-resolved
-      systemd-repart linux-image-amd64 initramfs-tools systemd-boot-efi
+      systemd-repart systemd-cryptsetup systemd-boot-tools linux-image-amd64 dracut systemd-boot-efi
       openssh-server ca-certificates netbase iproute2 iputils-ping curl jq
       kmod e2fsprogs fdisk pciutils usbutils nvme-cli dmidecode lshw procps less
       man-db bash-completion"
@@ -319,64 +327,162 @@ if [ "$rootfs_only" = 1 ]; then
     exit 0
 fi
 
-# --- EFI system partition (FAT, written with mtools) ------------------------
+# --- Secure Boot signing key --------------------------------------------------
 
-esp_mib=256
-esp="$work/esp.img"
-export MTOOLS_SKIP_CHECK=1
-truncate -s ${esp_mib}M "$esp"
-mkfs.vfat -F 32 -n ESP -i "$(printf '%08x' $((SOURCE_DATE_EPOCH & 0xffffffff)))" "$esp" >/dev/null
-mmd -i "$esp" ::/EFI ::/EFI/BOOT ::/EFI/systemd ::/loader ::/loader/entries ::/tinybox
-bootloader="$rootfs/usr/lib/systemd/boot/efi/systemd-bootx64.efi"
-[ -f "$bootloader" ] || die "systemd-boot-efi left no systemd-bootx64.efi in the root filesystem"
-mcopy -i "$esp" "$bootloader" ::/EFI/BOOT/BOOTX64.EFI
-mcopy -i "$esp" "$bootloader" ::/EFI/systemd/systemd-bootx64.efi
-mcopy -i "$esp" "$rootfs/boot/vmlinuz-$kernel" ::/tinybox/vmlinuz
-mcopy -i "$esp" "$rootfs/boot/initrd.img-$kernel" ::/tinybox/initrd.img
-printf 'default tinybox.conf\ntimeout 0\nconsole-mode keep\n' >"$work/loader.conf"
-cat >"$work/tinybox.conf" <<EOF
-title   tinybox ($variant, tinyperf $version)
-version $kernel
-linux   /tinybox/vmlinuz
-initrd  /tinybox/initrd.img
-options root=PARTLABEL=root rw rootwait console=tty0 console=ttyS0,115200 systemd.show_status=auto
-EOF
-cat >"$work/authorized_keys.txt" <<'EOF'
+# SECUREBOOT_KEY and SECUREBOOT_CERT (PEM files, given by path, never in the
+# tree) sign systemd-boot and the UKI. Without them the build makes a
+# throwaway key: such an image is for tests only, and says so.
+sb="$work/secureboot"
+mkdir -m 0700 "$sb"
+if [ -n "${SECUREBOOT_KEY:-}" ] || [ -n "${SECUREBOOT_CERT:-}" ]; then
+    [ -f "${SECUREBOOT_KEY:-}" ] && [ -f "${SECUREBOOT_CERT:-}" ] ||
+        die "SECUREBOOT_KEY and SECUREBOOT_CERT must both name readable files (PEM private key and certificate)"
+    install -m 0600 "$SECUREBOOT_KEY" "$sb/db.key"
+    install -m 0644 "$SECUREBOOT_CERT" "$sb/db.crt"
+    secureboot="key given to the build ($(openssl x509 -noout -subject -in "$sb/db.crt" | sed 's/^subject=//'))"
+else
+    openssl req -quiet -new -x509 -newkey rsa:2048 -nodes -days 3650 -sha256 \
+        -subj "/CN=tinybox TEST KEY, not for production/" -keyout "$sb/db.key" -out "$sb/db.crt" 2>/dev/null ||
+        die "cannot make a throwaway Secure Boot key (openssl)"
+    secureboot="THROWAWAY TEST KEY made by this build: this image is for tests only"
+    echo "image: ***********************************************************************" >&2
+    echo "image: * No SECUREBOOT_KEY/SECUREBOOT_CERT given: signing with a throwaway test   *" >&2
+    echo "image: * key. This image is for tests only; never ship it to a box.              *" >&2
+    echo "image: ***********************************************************************" >&2
+fi
+secureboot_sha256=$(openssl x509 -noout -fingerprint -sha256 -in "$sb/db.crt" | sed 's/^.*=//; s/://g' | tr 'A-F' 'a-f')
+
+# --- Verified slots, the UKI and the disk (trixie's systemd-repart and ukify) --
+
+tools=$("$repo/image/tools.sh" --out "$out" --mirror "$MIRROR") || die "cannot prepare the trixie tools tree (see above)"
+# tools_run CMD...: runs CMD in the tools tree with the work folder at /work,
+# in a mount namespace of its own (no mount outlives it; no loop devices).
+tools_run() {
+    unshare --mount --propagation private -- /bin/bash -c '
+        set -e
+        tools=$1 work=$2
+        shift 2
+        mount --bind "$work" "$tools/work"
+        mount --rbind /dev "$tools/dev"
+        mount -t proc proc "$tools/proc"
+        exec chroot "$tools" "$@"' tools_run "$tools" "$work" "$@"
+}
+
+# The UKI carries the kernel and the initrd; the slot does not need them.
+uki_in="$work/uki-in"
+mkdir -p "$uki_in"
+mv "$rootfs/boot/vmlinuz-$kernel" "$uki_in/vmlinuz"
+mv "$rootfs/boot/initrd.img-$kernel" "$uki_in/initrd.img"
+rm -f "$rootfs/boot/System.map-$kernel" "$rootfs/boot/config-$kernel"
+used_mib=$(du -sm --apparent-size --exclude=./var "$rootfs" | cut -f1)
+
+slot_bytes=$((SLOT_MIB * 1024 * 1024))
+# dm-verity with 4 KiB blocks and SHA-256 needs 1/127 of the data; 1/96 and
+# whole MiB leave room.
+hash_mib=$(((SLOT_MIB + 95) / 96))
+[ "$hash_mib" -ge 16 ] || hash_mib=16
+hash_bytes=$((hash_mib * 1024 * 1024))
+esp_mib=512
+esp_bytes=$((esp_mib * 1024 * 1024))
+defs="$work/repart.d"
+mkdir -p "$defs"
+for def in "$repo"/image/repart/*.conf; do
+    sed -e "s/@VERSION@/$IMAGE_VERSION/g" -e "s/@SLOT_BYTES@/$slot_bytes/g" \
+        -e "s/@HASH_BYTES@/$hash_bytes/g" -e "s/@ESP_BYTES@/$esp_bytes/g" "$def" >"$defs/$(basename "$def")"
+done
+seed=$(echo "$name $IMAGE_VERSION $SOURCE_DATE_EPOCH" | sha256sum | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
+raw="$work/$name.raw"
+
+note "slot A: erofs of ${used_mib} MiB of files in a ${SLOT_MIB} MiB slot, ${hash_mib} MiB of dm-verity hashes (systemd-repart)"
+tools_run env SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" systemd-repart --empty=create --size=auto --dry-run=no \
+    --offline=yes --no-pager --json=short --seed="$seed" --root=/work/rootfs --copy-source=/work/rootfs \
+    --definitions=/work/repart.d --defer-partitions=esp "/work/$name.raw" \
+    >"$work/repart-slots.json" 2>"$work/repart-slots.log" || {
+    tail -20 "$work/repart-slots.log" >&2
+    die "systemd-repart could not write the root slot (is SLOT_MIB=$SLOT_MIB in $variant_file large enough for ${used_mib} MiB?)"
+}
+read -r roothash data_uuid hash_uuid < <(python3 - "$work/repart-slots.json" "$IMAGE_VERSION" <<'PY'
+import json, sys
+parts = json.load(open(sys.argv[1]))
+data = next(p for p in parts if p.get("label") == f"tinybox_{sys.argv[2]}_r")
+verity = next(p for p in parts if p.get("label") == f"tinybox_{sys.argv[2]}_v")
+print(data["roothash"], data["uuid"], verity["uuid"])
+PY
+) || die "systemd-repart reported no root hash for slot A (see $work/repart-slots.json)"
+[[ "$roothash" =~ ^[0-9a-f]{64}$ ]] || die "systemd-repart gave no usable root hash ('$roothash')"
+slot_done=$(date +%s)
+# Everything the slot needs from the tree is in the disk image now.
+os_release=$(cat "$rootfs/usr/lib/os-release")
+rm -rf --one-file-system "$rootfs"
+mkdir -p "$rootfs/usr/lib"
+printf '%s\n' "$os_release" >"$rootfs/usr/lib/os-release"
+
+# The UKI: kernel, initrd and a command line that names this slot's root hash
+# and partitions, so it boots this slot and no other. Profile 1 adds
+# systemd.factory_reset=1 (a one-shot boot into it erases the state partition).
+cmdline="root=/dev/mapper/root rootfstype=erofs ro roothash=$roothash"
+cmdline+=" systemd.verity_root_data=PARTUUID=$data_uuid systemd.verity_root_hash=PARTUUID=$hash_uuid"
+cmdline+=" systemd.gpt_auto=0 console=tty0 console=ttyS0,115200 systemd.show_status=auto"
+uki="tinybox_$IMAGE_VERSION.efi"
+note "UKI $uki (ukify, signed for Secure Boot)"
+{
+    tools_run ukify build --profile="$(printf 'ID=tinybox\nTITLE=tinybox %s' "$IMAGE_VERSION")" \
+        --output=/work/uki-in/profile0.efi &&
+    tools_run ukify build \
+        --profile="$(printf 'ID=factory-reset\nTITLE=tinybox %s: factory reset (erases the state partition)' "$IMAGE_VERSION")" \
+        --cmdline="$cmdline systemd.factory_reset=1" --output=/work/uki-in/profile1.efi &&
+    tools_run ukify build --linux=/work/uki-in/vmlinuz --initrd=/work/uki-in/initrd.img --uname="$kernel" \
+        --os-release=@/work/rootfs/usr/lib/os-release --cmdline="$cmdline" \
+        --join-profile=/work/uki-in/profile0.efi --join-profile=/work/uki-in/profile1.efi \
+        --secureboot-private-key=/work/secureboot/db.key --secureboot-certificate=/work/secureboot/db.crt \
+        --output="/work/uki-in/$uki"
+} >"$work/ukify.log" 2>&1 || { tail -20 "$work/ukify.log" >&2; die "ukify could not build the UKI"; }
+uki_bytes=$(stat -c %s "$uki_in/$uki")
+[ $((3 * uki_bytes + 32 * 1024 * 1024)) -le "$esp_bytes" ] ||
+    die "the UKI is $((uki_bytes / 1048576)) MiB: three of them do not fit the ${esp_mib} MiB EFI system partition"
+
+# The EFI system partition's files, then the partition itself (repart's second pass).
+esp="$work/esp"
+mkdir -p "$esp/EFI/BOOT" "$esp/EFI/systemd" "$esp/EFI/Linux" "$esp/loader" "$esp/tinybox"
+tools_run sbsign --key /work/secureboot/db.key --cert /work/secureboot/db.crt \
+    --output /work/esp/EFI/systemd/systemd-bootx64.efi /usr/lib/systemd/boot/efi/systemd-bootx64.efi \
+    >"$work/sbsign.log" 2>&1 || { cat "$work/sbsign.log" >&2; die "cannot sign systemd-boot"; }
+cp "$esp/EFI/systemd/systemd-bootx64.efi" "$esp/EFI/BOOT/BOOTX64.EFI"
+mv "$uki_in/$uki" "$esp/EFI/Linux/$uki"
+# No menu and no command-line editor: the UKI's own command line is the only one.
+printf 'timeout 0\nconsole-mode keep\neditor no\n' >"$esp/loader/loader.conf"
+cat >"$esp/tinybox/README.txt" <<'EOF'
 Put SSH public keys for root into a file named authorized_keys in this folder
 before the first boot; the first boot installs them as /root/.ssh/authorized_keys.
 EOF
-mcopy -i "$esp" "$work/loader.conf" ::/loader/loader.conf
-mcopy -i "$esp" "$work/tinybox.conf" ::/loader/entries/tinybox.conf
-mcopy -i "$esp" "$work/authorized_keys.txt" ::/tinybox/README.txt
+openssl x509 -in "$sb/db.crt" -outform DER -out "$esp/tinybox/secureboot-db.cer"
+tools_run env SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" systemd-repart --dry-run=no --offline=yes --no-pager \
+    --json=short --seed="$seed" --root=/work/rootfs --copy-source=/work/esp --definitions=/work/repart.d \
+    "/work/$name.raw" >"$work/repart-esp.json" 2>"$work/repart-esp.log" ||
+    { tail -20 "$work/repart-esp.log" >&2; die "systemd-repart could not write the EFI system partition"; }
+tools_run sbverify --cert /work/secureboot/db.crt "/work/esp/EFI/Linux/$uki" >/dev/null 2>&1 ||
+    die "the UKI's Secure Boot signature does not verify against the build's certificate"
+rm -rf "$uki_in"
 
-# --- ext4 root (mke2fs -d) and the GPT disk ---------------------------------
+# --- Update files of this version (what systemd-sysupdate reads) ------------
 
-used_mib=$(du -sm --apparent-size "$rootfs" | cut -f1)
-# Room for the first boot, logs and run records until the root grows to the disk.
-root_mib=$(((used_mib * 13 / 10 + 384 + 63) / 64 * 64))
-fs_uuid=$(echo "$name $SOURCE_DATE_EPOCH" | sha256sum | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
-raw="$work/$name.raw"
-total_mib=$((1 + esp_mib + root_mib + 1))
-truncate -s "${total_mib}M" "$raw"
-note "ext4 root: ${used_mib} MiB of files in a ${root_mib} MiB filesystem"
-# Straight into the root partition's place in the disk image: a separate
-# root.img copied in would hold the whole filesystem on disk a second time.
-# nodiscard: punching holes is pointless in a fresh sparse file.
-E2FSPROGS_FAKE_TIME=$SOURCE_DATE_EPOCH mke2fs -q -t ext4 -L root -U "$fs_uuid" \
-    -E hash_seed="$fs_uuid",offset=$(((1 + esp_mib) * 1024 * 1024)),nodiscard \
-    -d "$rootfs" "$raw" "${root_mib}M" >/dev/null
-# Everything the image needs from the tree is in the disk image now; the tree
-# goes before compressing, so a variant's peak disk use is the tree or the
-# image plus its compressed copy, not all three.
-rm -rf --one-file-system "$rootfs"
-sfdisk -q "$raw" <<EOF
-label: gpt
-label-id: $(echo "$name disk $SOURCE_DATE_EPOCH" | sha256sum | sed -E 's/^(.{8})(.{4})(.{4})(.{4})(.{12}).*/\1-\2-\3-\4-\5/')
-start=1MiB, size=${esp_mib}MiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=esp
-start=$((1 + esp_mib))MiB, size=${root_mib}MiB, type=4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709, name=root
-EOF
-dd if="$esp" of="$raw" bs=1M seek=1 conv=notrunc,sparse status=none
-rm -f "$esp"
+table=$(sfdisk -J "$raw") || die "the disk image has no readable partition table"
+# part_field LABEL FIELD: start, size or uuid of the partition named LABEL.
+part_field() { jq -r --arg l "$1" ".partitiontable.partitions[] | select(.name == \$l) | .$2" <<<"$table" | head -1; }
+update="$work/$name.update"
+mkdir -p "$update"
+note "update files (xz): the slot's root and hash partitions and the UKI"
+for kind in r:root v:root-verity; do
+    label="tinybox_${IMAGE_VERSION}_${kind%%:*}"
+    start=$(part_field "$label" start) size=$(part_field "$label" size)
+    uuid=$(part_field "$label" uuid | tr 'A-F' 'a-f')
+    [ -n "$start" ] && [ -n "$size" ] || die "the disk image has no partition $label"
+    dd if="$raw" bs=1M iflag=skip_bytes,count_bytes skip=$((start * 512)) count=$((size * 512)) status=none |
+        xz -T0 -1 --check=crc32 >"$update/tinybox_${IMAGE_VERSION}_$uuid.${kind#*:}.raw.xz"
+done
+cp "$esp/EFI/Linux/$uki" "$update/$uki"
+(cd "$update" && sha256sum -- * >SHA256SUMS)
+rm -rf "$esp"
 
 # --- Compressed copy, block map, manifest, checksums ------------------------
 
@@ -385,19 +491,42 @@ zstd -q -T0 -10 --long=27 "$raw" -o "$raw.zst"
 bmaptool -q create -o "$work/$name.bmap" "$raw"
 
 manifest="$work/$name.manifest"
+erofs_mib=$(python3 - "$raw" "$(($(part_field "tinybox_${IMAGE_VERSION}_r" start) * 512))" <<'PY2'
+import struct, sys
+with open(sys.argv[1], "rb") as f:
+    f.seek(int(sys.argv[2]) + 1024)
+    sb = f.read(128)
+magic, = struct.unpack_from("<I", sb, 0)
+if magic != 0xE0F5E1E2:
+    sys.exit("no erofs superblock in the root slot")
+blkszbits = sb[12]
+blocks, = struct.unpack_from("<I", sb, 36)
+print((blocks << blkszbits) // (1024 * 1024))
+PY2
+) || die "cannot read the erofs superblock of the root slot"
 write_manifest "$manifest" \
-    "raw-bytes: $(stat -c %s "$raw")" "esp-mib: $esp_mib" "root-mib: $root_mib"
+    "image-version: $IMAGE_VERSION" "image-id: tinybox" "roothash: $roothash" \
+    "root-partuuid: $data_uuid" "root-verity-partuuid: $hash_uuid" \
+    "raw-bytes: $(stat -c %s "$raw")" "esp-mib: $esp_mib" "slot-mib: $SLOT_MIB" "slot-hash-mib: $hash_mib" \
+    "slot-used-mib: $erofs_mib" "rootfs-files-mib: $used_mib" "uki: $uki" "uki-bytes: $uki_bytes" \
+    "uki-cmdline: $cmdline" "secure-boot: $secureboot" "secure-boot-cert-sha256: $secureboot_sha256"
 
 (cd "$work" && sha256sum "$name.raw" "$name.raw.zst" "$name.bmap" "$name.manifest" >"$name.SHA256SUMS")
+cp "$sb/db.crt" "$work/$name.secureboot.crt"
 
-for f in "$name.raw" "$name.raw.zst" "$name.bmap" "$name.manifest" "$name.SHA256SUMS"; do
+rm -rf --one-file-system "${out:?}/$name.update"
+for f in "$name.raw" "$name.raw.zst" "$name.bmap" "$name.manifest" "$name.SHA256SUMS" "$name.secureboot.crt" "$name.update"; do
     mv -f "$work/$f" "$out/$f"
 done
 
 finished=$(date +%s)
 raw_bytes=$(stat -c %s "$out/$name.raw")
 zst_bytes=$(stat -c %s "$out/$name.raw.zst")
-note "built $out/$name.raw in $((finished - started)) s (root filesystem $((rootfs_done - started)) s)"
+update_bytes=$(du -cb "$out/$name.update"/*.xz "$out/$name.update/$uki" | tail -1 | cut -f1)
+note "built $out/$name.raw, OS version $IMAGE_VERSION, in $((finished - started)) s (root filesystem $((rootfs_done - started)) s, slot $((slot_done - rootfs_done)) s)"
 note "raw $((raw_bytes / 1024 / 1024)) MiB ($(du -m "$out/$name.raw" | cut -f1) MiB allocated), zstd $((zst_bytes / 1024 / 1024)) MiB"
-printf 'build_s=%s\nrootfs_s=%s\nraw_bytes=%s\nzst_bytes=%s\n' \
-    "$((finished - started))" "$((rootfs_done - started))" "$raw_bytes" "$zst_bytes" >"$out/$name.build-stats"
+note "slot ${SLOT_MIB} MiB holding ${erofs_mib} MiB of erofs; UKI $((uki_bytes / 1024 / 1024)) MiB; update files $((update_bytes / 1024 / 1024)) MiB in $out/$name.update/"
+note "Secure Boot: $secureboot"
+printf 'build_s=%s\nrootfs_s=%s\nslot_s=%s\nraw_bytes=%s\nzst_bytes=%s\nslot_mib=%s\nslot_used_mib=%s\nuki_bytes=%s\nupdate_bytes=%s\n' \
+    "$((finished - started))" "$((rootfs_done - started))" "$((slot_done - rootfs_done))" "$raw_bytes" "$zst_bytes" \
+    "$SLOT_MIB" "$erofs_mib" "$uki_bytes" "$update_bytes" >"$out/$name.build-stats"

@@ -95,10 +95,52 @@ for kdir in "$root"/lib/modules/*/; do
         echo "module: $mod $(chroot "$root" modinfo -k "$kver" -F filename "$mod" | sed 's|^/usr||') vermagic=$got" >>"$work/dkms.manifest"
     done
 done
-# dkms signs what it builds with a key pair it made in this build; the private
-# key would be the same secret in every image, so only the certificate stays
-# (enrol it for Secure Boot). A kernel update on the box makes a new pair.
-rm -f "$root/var/lib/dkms/mok.key"
+# The box has no compiler: DKMS built the modules above for the image's
+# kernel; they are kept as plain modules and the build-only packages
+# (DKMS, the kernel headers and, through them, gcc and make) leave the image.
+# A kernel update comes as a new image, built the same way.
+if [ -n "${BUILD_ONLY_PACKAGES:-}" ]; then
+    saved="$work/built-modules"
+    rm -rf "$saved"
+    for kdir in "$root"/lib/modules/*/; do
+        kver=$(basename "$kdir")
+        [ -d "$kdir/updates" ] || continue
+        mkdir -p "$saved/$kver"
+        cp -a "$kdir/updates" "$saved/$kver/"
+    done
+    # Packages the kept ones need stay, even when only a build-only one pulled them in.
+    # shellcheck disable=SC2086 # one package per word
+    if [ -n "${KEEP_PACKAGES:-}" ]; then
+        chroot "$root" apt-mark manual $KEEP_PACKAGES >"$work/apt-mark.log" 2>&1 ||
+            die "cannot keep $KEEP_PACKAGES (KEEP_PACKAGES): $(tail -1 "$work/apt-mark.log")"
+    fi
+    # shellcheck disable=SC2086
+    chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q --autoremove $BUILD_ONLY_PACKAGES \
+        >"$work/purge.log" 2>&1 || { tail -20 "$work/purge.log" >&2; die "cannot remove the build-only packages $BUILD_ONLY_PACKAGES"; }
+    sed -n 's/^Purg \([^ ]*\).*/\1/p; s/^Removing \([^ ]*\) .*/\1/p' "$work/purge.log" | sort -u |
+        sed 's/^/build-only, removed: /' >>"$work/dkms.manifest"
+    for kver in $(ls "$saved"); do
+        mkdir -p "$root/lib/modules/$kver"
+        cp -a "$saved/$kver/updates" "$root/lib/modules/$kver/"
+        chroot "$root" depmod -a "$kver"
+    done
+    rm -rf "$saved" "$root/var/lib/dkms"
+    for p in $PACKAGES; do
+        case " $BUILD_ONLY_PACKAGES " in *" $p "*) continue ;; esac
+        chroot "$root" dpkg-query -W -f '${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed ||
+            die "removing the build-only packages also removed $p, which the variant needs (add it to KEEP_PACKAGES)"
+    done
+    for kver in $(ls "$root/lib/modules"); do
+        for mod in $CHECK_MODULES; do
+            chroot "$root" modinfo -k "$kver" -F filename "$mod" >/dev/null 2>&1 ||
+                die "kernel module $mod for $kver is gone after removing the build-only packages"
+        done
+    done
+    for tool in gcc cc make dkms; do
+        [ ! -e "$root/usr/bin/$tool" ] || die "/usr/bin/$tool is still in the image after removing the build-only packages"
+    done
+fi
+rm -rf "$root/var/lib/dkms"
 
 # Users and groups from sysusers.d (the tinyperf group of the D-Bus policy).
 chroot "$root" systemd-sysusers
@@ -107,8 +149,13 @@ systemctl --root="$root" enable \
     tinyperf.service tinybox-firstboot.service \
     systemd-networkd.service systemd-resolved.service systemd-timesyncd.service ssh.service
 # tinybox-firstboot does the first-boot setup; the interactive wizard would
-# wait for a key press on a box with no one at the console.
-systemctl --root="$root" mask systemd-firstboot.service
+# wait for a key press on a box with no one at the console. The state
+# partition is set up in the initrd (tinybox-state), so repart must not run
+# again once /var is mounted; the root is read-only and never grows.
+systemctl --root="$root" mask systemd-firstboot.service systemd-repart.service systemd-growfs-root.service
+for unit in tinyperf-factory-reset.path; do
+    [ ! -e "$root/usr/lib/systemd/system/$unit" ] || systemctl --root="$root" enable "$unit"
+done
 # systemd-resolved's stub resolver for the addresses DHCP hands out.
 ln -sf ../run/systemd/resolve/stub-resolv.conf "$root/etc/resolv.conf"
 
@@ -123,7 +170,34 @@ rm -f "$root/var/lib/systemd/random-seed"
 echo tinybox >"$root/etc/hostname"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\ttinybox\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 rm -rf "$root"/var/log/*.log "$root/var/log/apt" "$root/var/cache/debconf"/*-old
-install -d -m 0755 "$root/boot/efi"
+install -d -m 0755 "$root/efi" "$root/raid"
+
+# The version of this image, which its UKI, its slot and its update files are named after.
+[ -n "${IMAGE_VERSION:-}" ] || die "no IMAGE_VERSION in the environment"
+sed -i '/^IMAGE_ID=/d; /^IMAGE_VERSION=/d' "$root/usr/lib/os-release"
+printf 'IMAGE_ID=tinybox\nIMAGE_VERSION=%s\n' "$IMAGE_VERSION" >>"$root/usr/lib/os-release"
+
+# The root slot is read-only and /var is the state partition, empty at first
+# boot: dpkg's database belongs to the image and moves to /usr (tmpfiles
+# links it back), root's home moves to /var.
+install -d -m 0755 "$root/usr/lib/sysimage"
+if [ -d "$root/var/lib/dpkg" ] && [ ! -L "$root/var/lib/dpkg" ]; then
+    rm -rf "$root/usr/lib/sysimage/dpkg"
+    mv "$root/var/lib/dpkg" "$root/usr/lib/sysimage/dpkg"
+    ln -s ../../usr/lib/sysimage/dpkg "$root/var/lib/dpkg"
+fi
+if [ -d "$root/root" ] && [ ! -L "$root/root" ]; then
+    rm -rf "$root/root"
+    ln -s var/roothome "$root/root"
+fi
+
+# The initrd inside the UKI (dracut: a systemd initrd that sets up dm-verity
+# and the state partition), for the image's kernel.
+for kdir in "$root"/lib/modules/*/; do
+    kver=$(basename "$kdir")
+    chroot "$root" dracut --force --kver "$kver" "/boot/initrd.img-$kver" >"$work/dracut-$kver.log" 2>&1 ||
+        { tail -20 "$work/dracut-$kver.log" >&2; die "dracut could not build the initrd for $kver"; }
+done
 
 # For the manifest: every package and the date of every archive index used.
 # shellcheck disable=SC2016 # dpkg-query's own format fields

@@ -10,15 +10,15 @@ build)
     # command -> Debian package
     tools="mmdebstrap:mmdebstrap mcopy:mtools mkfs.vfat:dosfstools sfdisk:fdisk
            mke2fs:e2fsprogs zstd:zstd bmaptool:bmap-tools sha256sum:coreutils curl:curl
-           python3:python3"
+           python3:python3 xz:xz-utils jq:jq openssl:openssl unshare:util-linux"
     ;;
 test)
-    tools="qemu-system-x86_64:qemu-system-x86 curl:curl jq:jq ss:iproute2 sfdisk:fdisk mcopy:mtools debugfs:e2fsprogs"
+    tools="qemu-system-x86_64:qemu-system-x86 curl:curl jq:jq ss:iproute2 sfdisk:fdisk mcopy:mtools"
     ;;
 rootfs-test)
     # The red and green checks run the image's own programs; the host only
     # enters the namespaces and, for a .raw image, copies its root out.
-    tools="unshare:util-linux chroot:coreutils mount:mount debugfs:e2fsprogs sfdisk:fdisk jq:jq"
+    tools="unshare:util-linux chroot:coreutils mount:mount sfdisk:fdisk jq:jq mmdebstrap:mmdebstrap"
     ;;
 *)
     echo "host-deps.sh: unknown set '$what' (build, test or rootfs-test)" >&2

@@ -10,7 +10,8 @@
 #     version, and says "no device" (not "library not found") for the runtime;
 #   - red: rocBLAS loads and has gfx1100 code objects beside TensileLibrary.dat;
 #     the amdgpu firmware gfx1100 needs is there; green: the NVIDIA module DKMS
-#     built matches the image's kernel, nvidia-uvm resolves for modules-load.d,
+#     built at image build time matches the image's kernel and no compiler,
+#     DKMS or kernel headers are left, nvidia-uvm resolves for modules-load.d,
 #     the GSP firmware is there, the cuDNN libraries are the wheel's bytes;
 #   - the shell completions (bash, zsh, fish) and man pages make install
 #     generated are in the image, as the image's tinyperf generates them;
@@ -25,8 +26,9 @@
 #   image/test-rootfs.sh --variant red|green [--in DIR] [--root DIR] [--out DIR]
 #
 # The root filesystem is --root, else DIR/tinybox-VARIANT.rootfs (make
-# image-rootfs), else the root partition of DIR/tinybox-VARIANT.raw (make image),
-# copied out with debugfs; the newer of the two when both exist.
+# image-rootfs), else slot A's root filesystem (erofs) of DIR/tinybox-VARIANT.raw
+# (make image), copied out with the build's trixie fsck.erofs; the newer of the
+# two when both exist.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -299,8 +301,17 @@ PY
                 flunk "module $mod for $kver: vermagic '$got', the kernel's is '$want'"
             fi
         done
-        dkms=$(in_image dkms status 2>&1 | tr '\n' ' ')
-        [[ "$dkms" == *"$kver"*": installed"* ]] && pass "dkms status: $dkms" || flunk "dkms status: $dkms"
+        # Built at image build time: no compiler, DKMS or kernel headers on the box.
+        leftovers=""
+        for f in /usr/bin/gcc /usr/bin/cc /usr/bin/make /usr/sbin/dkms "/lib/modules/$kver/build"; do
+            [ ! -e "$R$f" ] || leftovers="$leftovers $f"
+        done
+        headers=$(find "$R/usr/src" -maxdepth 1 -name 'linux-headers-*' -printf ' %f' 2>/dev/null || true)
+        if [ -z "$leftovers$headers" ]; then
+            pass "no compiler, DKMS or kernel headers in the image; the module is a plain file of the slot"
+        else
+            flunk "build tools left in the image:$leftovers$headers"
+        fi
         # Each module modules-load.d names resolves, through modprobe.d, to
         # module files for the image's kernel.
         for mod in $MODULES_LOAD; do
@@ -411,7 +422,7 @@ red | green) ;;
 esac
 [ "$(id -u)" -eq 0 ] || die "must run as root (chroot and namespaces); try: sudo make image-test VARIANT=$variant"
 "$repo/image/host-deps.sh" rootfs-test || die "cannot install the test tools (see above)"
-for tool in unshare chroot mount debugfs sfdisk jq; do
+for tool in unshare chroot mount sfdisk jq; do
     command -v "$tool" >/dev/null || die "missing tool '$tool' on the host"
 done
 out=${out:-$repo/out/image-test-$variant}
@@ -427,19 +438,27 @@ if [ -z "$root" ]; then
     if [ -d "$folder" ] && { [ ! -f "$raw" ] || [ "$folder" -nt "$raw" ]; }; then
         root=$folder
     elif [ -f "$raw" ]; then
-        note "copying the root filesystem out of $raw (debugfs, no mount)"
+        note "copying slot A's root filesystem out of $raw (erofs, fsck.erofs --extract, no mount)"
         table=$(sfdisk -J "$raw") || die "$raw has no readable partition table"
         sector=$(jq -r '.partitiontable.sectorsize // 512' <<<"$table")
-        start=$(jq -r '.partitiontable.partitions[] | select(.name == "root") | .start' <<<"$table")
-        size=$(jq -r '.partitiontable.partitions[] | select(.name == "root") | .size' <<<"$table")
-        [ -n "$start" ] || die "$raw has no partition named root"
+        slot=$(jq -r '[.partitiontable.partitions[] | select(.name | test("^tinybox_.*_r$"))][0] // empty' <<<"$table")
+        [ -n "$slot" ] || die "$raw has no root slot (a partition named tinybox_VERSION_r)"
+        note "slot A is $(jq -r .name <<<"$slot")"
         dd if="$raw" of="$work/root.img" bs=4M iflag=skip_bytes,count_bytes \
-            skip=$((start * sector)) count=$((size * sector)) conv=sparse status=none
+            skip=$(($(jq -r .start <<<"$slot") * sector)) count=$(($(jq -r .size <<<"$slot") * sector)) conv=sparse status=none
+        # bookworm's erofs-utils cannot extract; the build's trixie tools tree can.
+        tools=$("$repo/image/tools.sh" --out "$in") || die "cannot prepare the trixie tools tree (see above)"
         mkdir "$work/root"
-        debugfs -R "rdump / $work/root" "$work/root.img" >/dev/null 2>"$work/rdump.log" ||
-            { tail -5 "$work/rdump.log" >&2; die "debugfs could not copy the root filesystem out of $raw"; }
+        unshare --mount --propagation private -- /bin/bash -c '
+            set -e
+            mount --bind "$2" "$1/work"
+            exec chroot "$1" fsck.erofs --extract=/work/root --preserve /work/root.img' extract "$tools" "$work" \
+            >"$work/extract.log" 2>&1 ||
+            { tail -5 "$work/extract.log" >&2; die "fsck.erofs could not copy the root filesystem out of $raw"; }
         rm -f "$work/root.img"
-        # rdump writes the tree into a folder named after the source ("/" -> the folder itself).
+        # What tmpfiles makes on the box's empty state partition at boot.
+        mkdir -p "$work/root/var/lib"
+        [ -e "$work/root/var/lib/dpkg" ] || ln -s ../../usr/lib/sysimage/dpkg "$work/root/var/lib/dpkg"
         root="$work/root"
     else
         die "no $folder or $raw (run: make image-rootfs VARIANT=$variant, or make image VARIANT=$variant)"
