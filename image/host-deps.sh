@@ -18,7 +18,7 @@ test)
 rootfs-test)
     # The red and green checks run the image's own programs; the host only
     # enters the namespaces and, for a .raw image, copies its root out.
-    tools="unshare:util-linux chroot:coreutils mount:mount sfdisk:fdisk jq:jq mmdebstrap:mmdebstrap"
+    tools="unshare:util-linux chroot:coreutils mount:mount sfdisk:fdisk jq:jq mmdebstrap:mmdebstrap systemd-tmpfiles:systemd"
     ;;
 *)
     echo "host-deps.sh: unknown set '$what' (build, test or rootfs-test)" >&2

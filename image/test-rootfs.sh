@@ -456,9 +456,12 @@ if [ -z "$root" ]; then
             >"$work/extract.log" 2>&1 ||
             { tail -5 "$work/extract.log" >&2; die "fsck.erofs could not copy the root filesystem out of $raw"; }
         rm -f "$work/root.img"
-        # What tmpfiles makes on the box's empty state partition at boot.
-        mkdir -p "$work/root/var/lib"
-        [ -e "$work/root/var/lib/dpkg" ] || ln -s ../../usr/lib/sysimage/dpkg "$work/root/var/lib/dpkg"
+        # /var is the box's state partition, empty at first boot: what the image's
+        # tmpfiles.d makes there at boot (/var/run, dpkg's database link, ...).
+        systemd-tmpfiles --root="$work/root" --create --prefix=/var >"$work/tmpfiles.log" 2>&1 || true
+        for link in var/run var/lib/dpkg; do
+            [ -L "$work/root/$link" ] || die "the image's tmpfiles.d made no /$link (see $work/tmpfiles.log)"
+        done
         root="$work/root"
     else
         die "no $folder or $raw (run: make image-rootfs VARIANT=$variant, or make image VARIANT=$variant)"
