@@ -113,12 +113,35 @@ pub fn scan(root: &Path) -> Scan {
             }
         };
         match parse_uevent(&name, &text) {
-            Ok(Some(partition)) => out.partitions.push(partition),
+            Ok(Some(mut partition)) => {
+                if partition.label.is_empty() {
+                    partition.label = udev_partition_name(root, partition.dev.as_deref());
+                }
+                out.partitions.push(partition)
+            }
             Ok(None) => {}
             Err(why) => out.notes.push(format!("{}: {why}", path.display())),
         }
     }
     out
+}
+
+/// The GPT name udev read for device `MAJOR:MINOR` (`E:ID_PART_ENTRY_NAME=` in
+/// `run/udev/data/bMAJOR:MINOR`), or `""`. A partition systemd-repart added to a
+/// running system (the state partition at first boot) has no `PARTNAME` in its
+/// `uevent` until the next boot reads the table, but udev names it at once.
+pub fn udev_partition_name(root: &Path, dev: Option<&str>) -> String {
+    let Some(dev) = dev else {
+        return String::new();
+    };
+    std::fs::read_to_string(root.join("run/udev/data").join(format!("b{dev}")))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("E:ID_PART_ENTRY_NAME="))
+                .map(str::to_string)
+        })
+        .unwrap_or_default()
 }
 
 /// A partition from the lines of its `uevent` file (`KEY=value`); `None` for a device
@@ -202,6 +225,33 @@ mod tests {
             (unnamed.name.as_str(), unnamed.label.as_str()),
             ("sdb1", "")
         );
+    }
+
+    #[test]
+    fn a_partition_added_while_running_is_named_by_udev() {
+        let root = tempfile::tempdir().unwrap();
+        let block = root.path().join("sys/class/block/vda6");
+        std::fs::create_dir_all(&block).unwrap();
+        std::fs::write(
+            block.join("uevent"),
+            "MAJOR=254\nMINOR=6\nDEVNAME=vda6\nDEVTYPE=partition\nPARTN=6\n",
+        )
+        .unwrap();
+        let scan = scan(root.path());
+        assert_eq!(
+            scan.partitions[0].label, "",
+            "no name without udev's record"
+        );
+        let udev = root.path().join("run/udev/data");
+        std::fs::create_dir_all(&udev).unwrap();
+        std::fs::write(
+            udev.join("b254:6"),
+            "S:disk/by-partlabel/var\nE:ID_PART_ENTRY_TYPE=4d21b016-b534-45c2-a9fb-5c16e091fd2d\nE:ID_PART_ENTRY_NAME=var\n",
+        )
+        .unwrap();
+        let scan = super::scan(root.path());
+        assert_eq!(scan.partitions[0].label, "var");
+        assert_eq!(scan.partitions[0].name, "vda6");
     }
 
     #[test]
