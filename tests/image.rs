@@ -468,7 +468,7 @@ fn calls(path: &Path) -> String {
 }
 
 #[test]
-fn requested_factory_reset_with_stand_in_bootctl_and_systemctl_boots_profile_1_once() {
+fn requested_factory_reset_with_stand_in_bootctl_and_systemctl_boots_the_reset_profile_once() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: the factory reset's root side needs root");
         return;
