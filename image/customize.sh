@@ -109,13 +109,14 @@ if [ -n "${BUILD_ONLY_PACKAGES:-}" ]; then
         cp -a "$kdir/updates" "$saved/$kver/"
     done
     # Packages the kept ones need stay, even when only a build-only one pulled them in.
+    # apt by its full path: the image's /usr/local/sbin/apt-get refuses on the box.
     # shellcheck disable=SC2086 # one package per word
     if [ -n "${KEEP_PACKAGES:-}" ]; then
-        chroot "$root" apt-mark manual $KEEP_PACKAGES >"$work/apt-mark.log" 2>&1 ||
+        chroot "$root" /usr/bin/apt-mark manual $KEEP_PACKAGES >"$work/apt-mark.log" 2>&1 ||
             die "cannot keep $KEEP_PACKAGES (KEEP_PACKAGES): $(tail -1 "$work/apt-mark.log")"
     fi
     # shellcheck disable=SC2086
-    chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q --autoremove $BUILD_ONLY_PACKAGES \
+    chroot "$root" env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get purge -y -q --autoremove $BUILD_ONLY_PACKAGES \
         >"$work/purge.log" 2>&1 || { tail -20 "$work/purge.log" >&2; die "cannot remove the build-only packages $BUILD_ONLY_PACKAGES"; }
     sed -n 's/^Purg \([^ ]*\).*/\1/p; s/^Removing \([^ ]*\) .*/\1/p' "$work/purge.log" | sort -u |
         sed 's/^/build-only, removed: /' >>"$work/dkms.manifest"
