@@ -115,9 +115,22 @@ if [ -n "${BUILD_ONLY_PACKAGES:-}" ]; then
         chroot "$root" /usr/bin/apt-mark manual $KEEP_PACKAGES >"$work/apt-mark.log" 2>&1 ||
             die "cannot keep $KEEP_PACKAGES (KEEP_PACKAGES): $(tail -1 "$work/apt-mark.log")"
     fi
-    # shellcheck disable=SC2086
-    chroot "$root" env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get purge -y -q --autoremove $BUILD_ONLY_PACKAGES \
-        >"$work/purge.log" 2>&1 || { tail -20 "$work/purge.log" >&2; die "cannot remove the build-only packages $BUILD_ONLY_PACKAGES"; }
+    # BUILD_ONLY_PACKAGES holds names and globs (linux-headers-*: the kernel's own
+    # headers, which apt never autoremoves); each installed package they match goes.
+    read -ra wants <<<"$BUILD_ONLY_PACKAGES"
+    purge=()
+    for pkg in $(chroot "$root" dpkg-query -W -f '${db:Status-Abbrev} ${Package}\n' | awk '$1 == "ii" { print $2 }'); do
+        for want in "${wants[@]}"; do
+            # shellcheck disable=SC2053 # $want is a glob on purpose
+            if [[ "$pkg" == $want ]]; then
+                purge+=("$pkg")
+                break
+            fi
+        done
+    done
+    [ ${#purge[@]} -gt 0 ] || die "no installed package matches BUILD_ONLY_PACKAGES ($BUILD_ONLY_PACKAGES)"
+    chroot "$root" env DEBIAN_FRONTEND=noninteractive /usr/bin/apt-get purge -y -q --autoremove "${purge[@]}" \
+        >"$work/purge.log" 2>&1 || { tail -20 "$work/purge.log" >&2; die "cannot remove the build-only packages ${purge[*]}"; }
     sed -n 's/^Purg \([^ ]*\).*/\1/p; s/^Removing \([^ ]*\) .*/\1/p' "$work/purge.log" | sort -u |
         sed 's/^/build-only, removed: /' >>"$work/dkms.manifest"
     for kver in $(ls "$saved"); do
@@ -127,7 +140,7 @@ if [ -n "${BUILD_ONLY_PACKAGES:-}" ]; then
     done
     rm -rf "$saved" "$root/var/lib/dkms"
     for p in $PACKAGES; do
-        case " $BUILD_ONLY_PACKAGES " in *" $p "*) continue ;; esac
+        case " ${purge[*]} " in *" $p "*) continue ;; esac
         chroot "$root" dpkg-query -W -f '${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed ||
             die "removing the build-only packages also removed $p, which the variant needs (add it to KEEP_PACKAGES)"
     done
@@ -137,9 +150,9 @@ if [ -n "${BUILD_ONLY_PACKAGES:-}" ]; then
                 die "kernel module $mod for $kver is gone after removing the build-only packages"
         done
     done
-    for tool in gcc cc make dkms; do
-        [ ! -e "$root/usr/bin/$tool" ] || die "/usr/bin/$tool is still in the image after removing the build-only packages"
-    done
+    leftovers=$(cd "$root" && find usr/bin usr/sbin usr/src lib/modules -maxdepth 2 \( -name 'gcc*' -o -name cc \
+        -o -name 'cpp-*' -o -name make -o -name dkms -o -name 'linux-headers-*' -o -name build \) -printf '/%p ' 2>/dev/null || true)
+    [ -z "$leftovers" ] || die "build tools are still in the image after removing the build-only packages: $leftovers"
 fi
 rm -rf "$root/var/lib/dkms"
 
