@@ -11,6 +11,7 @@ mod gpu;
 mod host;
 pub mod kernel_log;
 mod nvme;
+pub mod os_release;
 mod pci;
 pub mod previous_boot;
 mod read;

@@ -23,7 +23,7 @@ impl OsRelease {
             let path = root.join(place);
             let text = std::fs::read_to_string(&path).ok()?;
             Some(OsRelease {
-                fields: parse(&text),
+                fields: crate::inventory::os_release::parse(&text),
                 path,
             })
         })
@@ -38,66 +38,9 @@ impl OsRelease {
     }
 }
 
-/// The assignments in os-release text: `KEY=value`, the value bare, in double quotes
-/// (with `\` escapes) or in single quotes; comments, blank lines and lines that are
-/// not assignments are skipped.
-pub fn parse(text: &str) -> BTreeMap<String, String> {
-    let mut fields = BTreeMap::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        let key = key.trim();
-        if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            continue;
-        }
-        fields.insert(key.to_string(), unquote(value.trim()));
-    }
-    fields
-}
-
-fn unquote(value: &str) -> String {
-    let bytes = value.as_bytes();
-    if bytes.len() >= 2 && bytes[0] == b'\'' && bytes[bytes.len() - 1] == b'\'' {
-        return value[1..value.len() - 1].to_string();
-    }
-    if bytes.len() >= 2 && bytes[0] == b'"' && bytes[bytes.len() - 1] == b'"' {
-        let mut out = String::new();
-        let mut chars = value[1..value.len() - 1].chars();
-        while let Some(c) = chars.next() {
-            if c == '\\' {
-                if let Some(next) = chars.next() {
-                    out.push(next);
-                }
-            } else {
-                out.push(c);
-            }
-        }
-        return out;
-    }
-    value.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn assignments_are_read_bare_and_quoted() {
-        let fields = parse(
-            "# comment\nNAME=\"tinybox OS\"\nIMAGE_ID=tinybox\nIMAGE_VERSION='20261205.1130'\n\
-             PRETTY_NAME=\"say \\\"hi\\\"\"\nnot an assignment\n=x\nBAD KEY=1\n",
-        );
-        assert_eq!(fields["NAME"], "tinybox OS");
-        assert_eq!(fields["IMAGE_ID"], "tinybox");
-        assert_eq!(fields["IMAGE_VERSION"], "20261205.1130");
-        assert_eq!(fields["PRETTY_NAME"], "say \"hi\"");
-        assert_eq!(fields.len(), 4);
-    }
 
     #[test]
     fn usr_lib_comes_before_etc() {

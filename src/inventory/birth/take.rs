@@ -303,17 +303,7 @@ fn os_image(root: &Path, findings: &mut Findings) -> Option<OsImage> {
 
 /// Parses os-release: `KEY=value` lines, values optionally quoted in shell style.
 pub fn parse_os_release(text: &str) -> OsImage {
-    let mut fields = BTreeMap::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.starts_with('#') {
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
-        };
-        fields.insert(key.trim().to_string(), unquote(value.trim()));
-    }
+    let mut fields = crate::inventory::os_release::parse(text);
     let mut get = |key: &str| fields.remove(key).filter(|v| !v.is_empty());
     OsImage {
         id: get("ID"),
@@ -322,30 +312,6 @@ pub fn parse_os_release(text: &str) -> OsImage {
         image_id: get("IMAGE_ID"),
         image_version: get("IMAGE_VERSION"),
     }
-}
-
-fn unquote(value: &str) -> String {
-    let quoted = |q: char| value.len() >= 2 && value.starts_with(q) && value.ends_with(q);
-    if quoted('\'') {
-        return value[1..value.len() - 1].to_string();
-    }
-    let inner = if quoted('"') {
-        &value[1..value.len() - 1]
-    } else {
-        value
-    };
-    let mut out = String::with_capacity(inner.len());
-    let mut chars = inner.chars();
-    while let Some(c) = chars.next() {
-        if c == '\\' {
-            if let Some(next) = chars.next() {
-                out.push(next);
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
