@@ -156,6 +156,12 @@ install: $(if $(BIN),,release)
 	install -Dm644 systemd/tinyperf.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf.service
 	install -Dm644 systemd/tinyperf-factory-reset.path $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf-factory-reset.path
 	install -Dm644 systemd/tinyperf-factory-reset.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf-factory-reset.service
+	install -Dm644 systemd/tinyperf-update.path $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf-update.path
+	install -Dm644 systemd/tinyperf-update.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf-update.service
+	install -Dm644 systemd/tinyperf-boot-check.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf-boot-check.service
+	install -Dm644 systemd/tinyperf-boot-rejected.service $(DESTDIR)$(PREFIX)/lib/systemd/system/tinyperf-boot-rejected.service
+	install -d $(DESTDIR)$(PREFIX)/lib/tinyperf/sysupdate.d
+	install -m644 systemd/sysupdate.d/*.transfer.in $(DESTDIR)$(PREFIX)/lib/tinyperf/sysupdate.d/
 	install -Dm644 systemd/org.tinyperf.Agent1.conf $(DESTDIR)$(PREFIX)/share/dbus-1/system.d/org.tinyperf.Agent1.conf
 	install -Dm644 systemd/org.tinyperf.Agent1.service $(DESTDIR)$(PREFIX)/share/dbus-1/system-services/org.tinyperf.Agent1.service
 	install -Dm644 systemd/tinyperf.sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/tinyperf.conf

@@ -91,7 +91,48 @@ struct ConfigFile {
     idle_health_options: Option<toml::Table>,
     resume_after_reboot: Option<bool>,
     image_root: Option<PathBuf>,
+    update_url: Option<String>,
+    update_check: Option<String>,
+    update_reboot: Option<bool>,
+    boot_check_min_ratio: Option<f64>,
+    boot_check_timeout_s: Option<f64>,
 }
+
+/// Every key [`ConfigFile`] knows. A key outside it is ignored with a warning rather
+/// than refused: the state partition (and `/etc` on it) outlives a rollback, so an
+/// older tinyperf must still start on a file a newer one's settings were added to.
+const KNOWN_KEYS: &[&str] = &[
+    "listen",
+    "token_file",
+    "state_dir",
+    "dataset",
+    "boot_suite",
+    "boot_options",
+    "sku",
+    "retention",
+    "cancel_grace_s",
+    "http_max_connections",
+    "http_max_connections_per_peer",
+    "http_idle_timeout_s",
+    "http_send_timeout_s",
+    "min_free_space_mb",
+    "dataset_cache_mb",
+    "benchmarks",
+    "box_price_usd",
+    "electricity_usd_per_kwh",
+    "front_display_socket",
+    "idle_health_every",
+    "idle_health_after",
+    "idle_health_suite",
+    "idle_health_options",
+    "resume_after_reboot",
+    "image_root",
+    "update_url",
+    "update_check",
+    "update_reboot",
+    "boot_check_min_ratio",
+    "boot_check_timeout_s",
+];
 
 /// The configuration the agent runs with.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,7 +188,24 @@ pub struct Config {
     /// os-release, the kernel command line, the partitions and the verity device in
     /// sysfs, systemd-boot's EFI variables.
     pub image_root: PathBuf,
+    /// Where OS updates come from: an `http(s)://` folder or a local one; `None` when
+    /// unset (updates need `--source`).
+    pub update_url: Option<String>,
+    /// How often the agent asks the source what it offers; `None` (the default) never.
+    pub update_check: Option<Duration>,
+    /// Whether an update the agent wrote reboots the box into it by itself.
+    pub update_reboot: bool,
+    /// The ratio of a new version's figures to the previous version's below which the
+    /// boot check rejects it.
+    pub boot_check_min_ratio: f64,
+    /// How long the boot check waits for the boot run.
+    pub boot_check_timeout: Duration,
+    /// Keys of the file this tinyperf does not know, ignored (a newer one's settings).
+    pub unknown_keys: Vec<String>,
 }
+
+/// How long the boot check waits for the boot run unless configured.
+pub const DEFAULT_BOOT_CHECK_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A health pass the agent runs on its own while nobody uses the box.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,6 +296,12 @@ impl Default for Config {
             idle_health: None,
             resume_after_reboot: true,
             image_root: "/".into(),
+            update_url: None,
+            update_check: None,
+            update_reboot: false,
+            boot_check_min_ratio: crate::update::gate::DEFAULT_MIN_RATIO,
+            boot_check_timeout: DEFAULT_BOOT_CHECK_TIMEOUT,
+            unknown_keys: Vec::new(),
         }
     }
 }
@@ -267,8 +331,20 @@ impl Config {
             path: path.to_path_buf(),
             message,
         };
-        let file: ConfigFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
-        let mut config = Config::default();
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let unknown_keys: Vec<String> = table
+            .keys()
+            .filter(|k| !KNOWN_KEYS.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for key in &unknown_keys {
+            table.remove(key);
+        }
+        let file: ConfigFile = table.try_into().map_err(|e| invalid(e.to_string()))?;
+        let mut config = Config {
+            unknown_keys,
+            ..Config::default()
+        };
         if let Some(listen) = file.listen {
             config.listen = listen.parse().map_err(|_| {
                 invalid(format!(
@@ -391,6 +467,42 @@ impl Config {
         }
         if let Some(resume) = file.resume_after_reboot {
             config.resume_after_reboot = resume;
+        }
+        if let Some(url) = file.update_url.filter(|u| !u.trim().is_empty()) {
+            crate::update::source::Source::parse(&url)
+                .map_err(|e| invalid(format!("update_url: {e}")))?;
+            config.update_url = Some(url);
+        }
+        if let Some(every) = file.update_check {
+            config.update_check = match every.as_str() {
+                "off" | "never" | "" => None,
+                "daily" => Some(Duration::from_secs(24 * 3600)),
+                "hourly" => Some(Duration::from_secs(3600)),
+                other => Some(parse_duration(other).map_err(|e| {
+                    invalid(format!(
+                        "update_check = {e} (use \"off\", \"daily\", \"hourly\" or a duration such as \"12h\")"
+                    ))
+                })?),
+            };
+        }
+        if let Some(reboot) = file.update_reboot {
+            config.update_reboot = reboot;
+        }
+        if let Some(ratio) = file.boot_check_min_ratio {
+            if !(ratio > 0.0 && ratio <= 10.0) {
+                return Err(invalid(format!(
+                    "boot_check_min_ratio = {ratio} must be more than 0 and at most 10 (0.95: a new version keeps 95 % of each figure)"
+                )));
+            }
+            config.boot_check_min_ratio = ratio;
+        }
+        if let Some(seconds) = file.boot_check_timeout_s {
+            if !(seconds > 0.0 && seconds <= 86_400.0) {
+                return Err(invalid(format!(
+                    "boot_check_timeout_s = {seconds} must be more than 0 and at most a day (86400)"
+                )));
+            }
+            config.boot_check_timeout = Duration::from_secs_f64(seconds);
         }
         config.idle_health = idle_health(
             file.idle_health_every,
@@ -627,9 +739,16 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_and_bad_values_are_clear_errors() {
+    fn bad_values_are_clear_errors() {
         for (text, needle) in [
-            ("colour = 1", "unknown field `colour`"),
+            (
+                "update_url = \"updates.example\"",
+                "neither an http(s):// URL",
+            ),
+            ("update_check = \"weekly-ish\"", "update_check"),
+            ("boot_check_min_ratio = 0", "boot_check_min_ratio"),
+            ("boot_check_min_ratio = 11", "at most 10"),
+            ("boot_check_timeout_s = -5", "boot_check_timeout_s"),
             ("listen = \"nowhere\"", "not an ADDRESS:PORT"),
             ("boot_suite = \"fastest\"", "not a suite"),
             ("boot_options = { gemm_size = 256 }", "needs a boot_suite"),
@@ -658,6 +777,37 @@ mod tests {
             assert!(err.contains(needle), "{text:?} gave {err:?}");
             assert!(err.contains("test.toml"), "{err:?} does not name the file");
         }
+    }
+
+    #[test]
+    fn keys_of_a_newer_tinyperf_are_ignored_and_named_so_a_rollback_still_starts() {
+        let c = parse("colour = 1\nretention = 7\n[future_table]\nx = 1").unwrap();
+        assert_eq!(c.retention, 7);
+        assert_eq!(c.unknown_keys, ["colour", "future_table"]);
+        assert!(parse("retention = 7").unwrap().unknown_keys.is_empty());
+    }
+
+    #[test]
+    fn update_and_boot_check_settings_parse() {
+        let c = parse(
+            "update_url = \"http://updates.example/green\"\nupdate_check = \"daily\"\n\
+             update_reboot = true\nboot_check_min_ratio = 0.9\nboot_check_timeout_s = 120",
+        )
+        .unwrap();
+        assert_eq!(
+            c.update_url.as_deref(),
+            Some("http://updates.example/green")
+        );
+        assert_eq!(c.update_check, Some(Duration::from_secs(86_400)));
+        assert!(c.update_reboot);
+        assert_eq!(c.boot_check_min_ratio, 0.9);
+        assert_eq!(c.boot_check_timeout, Duration::from_secs(120));
+        let d = parse("update_check = \"off\"").unwrap();
+        assert_eq!((d.update_check, d.boot_check_min_ratio), (None, 0.95));
+        assert_eq!(
+            parse("update_check = \"6h\"").unwrap().update_check,
+            Some(Duration::from_secs(6 * 3600))
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ impl ImageSource {
             &self.root,
             Extras {
                 reset_request: Some(&request),
+                state_dir: Some(&self.state_dir),
             },
         )
     }

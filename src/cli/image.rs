@@ -29,6 +29,7 @@ fn status(args: &ImageStatusArgs) -> anyhow::Result<i32> {
         &args.root,
         Extras {
             reset_request: Some(&request),
+            state_dir: Some(&args.state_dir),
         },
     );
     if args.json {

@@ -4,11 +4,17 @@
 
 use std::path::Path;
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
+use super::boot_check;
+use super::boot_entries::{self, Trial};
 use super::cmdline::Cmdline;
+use super::gate::{Assessment, GateCheck};
 use super::os_release::OsRelease;
 use super::partitions::{self, Partition, Role};
+use super::progress::{self, UpdateProgress};
 use super::verity;
 
 /// The `IMAGE_ID` of a tinybox OS image.
@@ -55,9 +61,46 @@ pub struct OsImage {
     /// This boot was a factory-reset boot (`systemd.factory_reset=1`): the state
     /// partition was erased as it began.
     pub factory_reset_boot: bool,
+    /// The OS update: where the last one stands (`idle` when none was ever asked for).
+    #[serde(default)]
+    pub update: Option<UpdateProgress>,
+    /// The running version is on trial: its boot entry counts tries, and it becomes
+    /// blessed when the boot check passes.
+    #[serde(default)]
+    pub on_trial: bool,
+    /// This boot's assessment by the boot check; `null` until the check has run.
+    #[serde(default)]
+    pub boot_assessment: Option<Assessment>,
+    /// Versions this box rejected and went back from, newest first.
+    #[serde(default)]
+    pub rejections: Vec<Rejection>,
+    /// How many times the box went back from a rejected version.
+    #[serde(default)]
+    pub rollbacks_total: u64,
+    /// Boot assessments recorded, by result (`pass`, `fail`: failed but kept, as the
+    /// version was blessed; `rejected`).
+    #[serde(default)]
+    pub boot_assessments_total: BTreeMap<String, u64>,
     /// What could not be read or does not add up, in words; empty when all is well.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// A version this box rejected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rejection {
+    /// The version.
+    pub version: String,
+    /// When its boot check failed; `null` when it never got that far.
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Why, in one line: `3 rejected: training img/s 4,410 vs 5,220 on 2, 0.84 < 0.95`.
+    pub reason: String,
+    /// The version it was held against.
+    #[serde(default)]
+    pub previous_version: Option<String>,
+    /// The checks that failed.
+    #[serde(default)]
+    pub failed_checks: Vec<GateCheck>,
 }
 
 /// One A/B slot: its version and partitions.
@@ -130,12 +173,14 @@ impl ImageStatus {
     }
 }
 
-/// Where the status looks besides the root: the factory-reset request file (in the
-/// agent's state folder), if the caller has one.
+/// Where the status looks besides the root: the factory-reset request file and the
+/// agent's state folder (update progress, boot assessments), if the caller has them.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Extras<'a> {
     /// The factory-reset request file; its presence makes a reset pending.
     pub reset_request: Option<&'a Path>,
+    /// The agent's state folder.
+    pub state_dir: Option<&'a Path>,
 }
 
 /// Reads the image's status below `root`. Never fails: what cannot be read is said in
@@ -212,6 +257,11 @@ pub fn read(root: &Path, extras: Extras<'_>) -> ImageStatus {
         .unwrap_or_default();
     let state_partition = state_partition(root, &scan.partitions, &mut notes);
     let requested = extras.reset_request.is_some_and(Path::exists);
+    let trial = boot_entries::trial(root);
+    let updates = extras
+        .state_dir
+        .map(|state_dir| updates(root, state_dir, &version, &mut notes))
+        .unwrap_or_default();
     ImageStatus {
         image: true,
         message: None,
@@ -226,8 +276,84 @@ pub fn read(root: &Path, extras: Extras<'_>) -> ImageStatus {
             state_partition,
             factory_reset_pending: requested || super::reset::oneshot_is_factory_reset(root),
             factory_reset_boot: cmdline.factory_reset,
+            update: updates.update,
+            on_trial: matches!(trial, Trial::OnTrial(_)),
+            boot_assessment: updates.boot_assessment,
+            rejections: updates.rejections,
+            rollbacks_total: updates.rollbacks_total,
+            boot_assessments_total: updates.boot_assessments_total,
             notes,
         }),
+    }
+}
+
+#[derive(Default)]
+struct Updates {
+    update: Option<UpdateProgress>,
+    boot_assessment: Option<Assessment>,
+    rejections: Vec<Rejection>,
+    rollbacks_total: u64,
+    boot_assessments_total: BTreeMap<String, u64>,
+}
+
+/// The update's progress and the boot check's history, from the state folder.
+fn updates(root: &Path, state_dir: &Path, version: &str, notes: &mut Vec<String>) -> Updates {
+    let boot_id = boot_check::boot_id(root);
+    let alive = |pid: u32| root.join("proc").join(pid.to_string()).exists();
+    let update = progress::read(state_dir)
+        .unwrap_or_else(UpdateProgress::idle)
+        .settle(&boot_id, version, alive);
+    let (history, problem) = boot_check::read_history(state_dir);
+    notes.extend(problem);
+    let mut totals: BTreeMap<String, u64> = ["pass", "fail", "rejected"]
+        .iter()
+        .map(|r| (r.to_string(), 0))
+        .collect();
+    for a in &history {
+        let key = if a.rejected {
+            "rejected"
+        } else {
+            a.result.as_str()
+        };
+        *totals.entry(key.to_string()).or_default() += 1;
+    }
+    let mut rejections: Vec<Rejection> = Vec::new();
+    for a in history.iter().rev().filter(|a| a.rejected) {
+        if rejections.iter().any(|r| r.version == a.version) {
+            continue;
+        }
+        rejections.push(Rejection {
+            version: a.version.clone(),
+            at: Some(a.at),
+            reason: a.reason.clone(),
+            previous_version: a.previous_version.clone(),
+            failed_checks: a.checks.iter().filter(|c| c.failed()).cloned().collect(),
+        });
+    }
+    let mut rollbacks_total = history.iter().filter(|a| a.rejected).count() as u64;
+    for (version, reason) in super::install::rejected(root, state_dir) {
+        if !rejections.iter().any(|r| r.version == version) {
+            rollbacks_total += 1;
+            rejections.push(Rejection {
+                version,
+                at: None,
+                reason,
+                previous_version: None,
+                failed_checks: Vec::new(),
+            });
+        }
+    }
+    let boot_assessment = history
+        .iter()
+        .rev()
+        .find(|a| !boot_id.is_empty() && a.boot_id == boot_id)
+        .cloned();
+    Updates {
+        update: Some(update),
+        boot_assessment,
+        rejections,
+        rollbacks_total,
+        boot_assessments_total: totals,
     }
 }
 

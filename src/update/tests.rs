@@ -256,6 +256,7 @@ fn a_pending_factory_reset_is_seen_in_the_request_file_and_the_next_boot() {
             root,
             Extras {
                 reset_request: Some(&request),
+                state_dir: None,
             },
         )
         .os
