@@ -17,7 +17,7 @@ DEBUG_BIN := target/debug/tinyperf
 # and man pages, and make for `make install`; the build packages come first. Prometheus
 # and promtool (Debian's prometheus package, unpacked, never installed as a service) come
 # from scripts/prometheus-tools.sh.
-TEST_PACKAGES := dbus systemd systemd-journal-remote udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
+TEST_PACKAGES := dbus systemd gpg gpgv gpg-agent systemd-journal-remote udev libc6-dev g++ curl util-linux passwd python3 python3-venv \
 	libamdhip64-5 libhiprtc-builtins5 chromium chromium-driver fonts-dejavu-core \
 	zsh fish mandoc groff-base make
 
@@ -27,7 +27,7 @@ export TINYPERF_REQUIRE_UPLOT ?= 1
 # The browser tests fail, rather than skip, when Chromium or Selenium is missing.
 export TINYPERF_REQUIRE_BROWSER ?= 1
 
-.PHONY: all build build-deps release run test test-deps lint fmt-check clippy fuzz fuzz-check soak bench bench-agent bench-venv gpu-check gpu-speed install image image-rootfs images image-test image-test-all clean
+.PHONY: all build build-deps release run test test-deps lint fmt-check clippy fuzz fuzz-check soak bench bench-agent bench-venv gpu-check gpu-speed install image image-rootfs images image-test image-test-all image-test-update clean
 
 all: build
 
@@ -170,7 +170,9 @@ install: $(if $(BIN),,release)
 	install -Dm644 systemd/tinyperf.toml $(DESTDIR)/etc/tinyperf/tinyperf.toml
 
 ## The flashable OS image (as root on Debian 12): out/image/tinybox-$(VARIANT).raw{,.zst},
-## .bmap, .manifest, .SHA256SUMS. VARIANT=cpu|green|red; MIRROR=, SNAPSHOT= pick the archive.
+## .bmap, .manifest, .SHA256SUMS, .update/ (signed update files). VARIANT=cpu|green|red;
+## MIRROR=, SNAPSHOT= pick the archive; UPDATE_SIGNING_KEY= signs the updates (a throwaway
+## test key without it); KEEP_ROOTFS=1 keeps the root filesystem tree for re-versioned builds.
 VARIANT ?= cpu
 VARIANTS := cpu red green
 IMAGE_OUT ?= out/image
@@ -198,6 +200,12 @@ image-test:
 ## make image-test for every variant.
 image-test-all:
 	for v in $(VARIANTS); do $(MAKE) --no-print-directory image-test VARIANT=$$v; done
+
+## OS updates under QEMU: v2 and v3 built from the cpu image's kept tree (make image
+## VARIANT=cpu KEEP_ROOTFS=1), signed update files served to the guest, broken ones
+## refused, v2 installed, booted and kept, v3 rejected by its boot check and rolled back.
+image-test-update:
+	image/test-update.sh --image $(IMAGE_OUT)/tinybox-cpu.raw --out out/image-test-update
 
 clean:
 	$(CARGO) clean

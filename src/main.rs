@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Mlperf(command) => tinyperf::cli::mlperf::main(&command),
         Command::Box(command) => tinyperf::cli::box_record::main(&command),
         Command::Image(command) => tinyperf::cli::image::main(&command),
+        Command::BootCheck(args) => tinyperf::cli::boot_check::main(&args),
         Command::Completions(args) => tinyperf::cli::generate::completions(&args),
         Command::Man(args) => tinyperf::cli::generate::man(&args),
     };

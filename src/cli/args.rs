@@ -54,9 +54,15 @@ pub enum Command {
     /// The box's birth record: the parts it was accepted with, and what changed since.
     #[command(subcommand)]
     Box(BoxCommand),
-    /// The OS image this runs on: its version and A/B slots, and factory reset.
+    /// The OS image this runs on: its version and A/B slots, updates, and factory reset.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// The boot check (tinyperf-boot-check.service): keep this OS version only if the
+    /// box still passes its boot suite and, on a new version's first boot, performs at
+    /// least boot_check_min_ratio of the version it came from. Exit status 0 when the
+    /// version stays; 1 when it failed on trial (tinyperf-boot-rejected.service then
+    /// marks the boot bad and reboots into the previous version).
+    BootCheck(BootCheckArgs),
     /// Print a shell's completion script (bash, zsh, fish, elvish, powershell); `make
     /// install` installs them. Hidden from --help: packaging, not operating the box.
     #[command(hide = true)]
@@ -88,6 +94,90 @@ pub enum ImageCommand {
     /// reboots. Refused while a run is going; at a terminal it asks for the box's host
     /// name unless --yes.
     FactoryReset(ImageFactoryResetArgs),
+    /// Print the OS versions the update source offers (update_url, or --source), newest
+    /// first, each marked newer, current, older or rejected (by this box's boot check).
+    /// Exit status 1 when the source is unreachable, unsigned or wrongly signed.
+    Check(ImageCheckArgs),
+    /// Write an OS version (the newest newer one unless named) into the other slot with
+    /// systemd-sysupdate, after checking the signature, the checksums, the space and that
+    /// no run is going. As root; other users ask the agent (D-Bus Update, POST
+    /// /api/v1/image/update). The new version starts at the next boot, on trial.
+    Update(ImageUpdateArgs),
+}
+
+/// Where `tinyperf image check` and `update` look.
+#[derive(Debug, Args)]
+pub struct UpdatePlaces {
+    /// The update source instead of update_url: an http(s):// folder or a local one.
+    #[arg(long, value_name = "URL|DIR")]
+    pub source: Option<String>,
+    /// The agent's configuration file (update_url, state_dir, image_root).
+    #[arg(long, default_value = crate::agent::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+    /// Root of the tree the image is read below, instead of image_root.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// The agent's state folder, instead of state_dir.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// `tinyperf image check`.
+#[derive(Debug, Args)]
+pub struct ImageCheckArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to look.
+    #[command(flatten)]
+    pub places: UpdatePlaces,
+}
+
+/// `tinyperf image update`.
+#[derive(Debug, Args)]
+pub struct ImageUpdateArgs {
+    /// The version to write; the newest newer one, not rejected here, when absent.
+    pub version: Option<String>,
+    /// Reboot into the new version once it is written.
+    #[arg(long)]
+    pub reboot: bool,
+    /// Act on the agent's request: only when STATE/update.request exists, which is
+    /// removed first (what tinyperf-update.service runs).
+    #[arg(long, conflicts_with = "version")]
+    pub requested: bool,
+    /// Where to look.
+    #[command(flatten)]
+    pub places: UpdatePlaces,
+    /// The bus the agent is asked on whether a run is going.
+    #[arg(long, default_value = "system")]
+    pub bus: String,
+}
+
+/// `tinyperf boot-check`.
+#[derive(Debug, Args)]
+pub struct BootCheckArgs {
+    /// The unit's failure handler (tinyperf-boot-rejected.service): record a check that
+    /// did not finish, and on a boot on trial mark it bad and reboot.
+    #[arg(long)]
+    pub rejected: bool,
+    /// The ratio each figure must keep, instead of boot_check_min_ratio.
+    #[arg(long)]
+    pub min_ratio: Option<f64>,
+    /// How long to wait for the boot run, instead of boot_check_timeout_s.
+    #[arg(long)]
+    pub timeout_s: Option<f64>,
+    /// Judge and record, but neither mark the boot nor reboot: print what would be done.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The agent's configuration file.
+    #[arg(long, default_value = crate::agent::config::DEFAULT_CONFIG_PATH)]
+    pub config: PathBuf,
+    /// Root of the tree the image is read below, instead of image_root.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// The agent's state folder, instead of state_dir.
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// `tinyperf image status`: where the image is read and how to print it.

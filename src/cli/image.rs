@@ -20,6 +20,8 @@ pub fn main(command: &ImageCommand) -> anyhow::Result<i32> {
     match command {
         ImageCommand::Status(args) => status(args),
         ImageCommand::FactoryReset(args) => factory_reset(args),
+        ImageCommand::Check(args) => super::image_update::check(args),
+        ImageCommand::Update(args) => super::image_update::update(args),
     }
 }
 
@@ -90,6 +92,47 @@ pub fn render(status: &ImageStatus) -> String {
             "this boot erased the state partition".into(),
         );
     }
+    if os.on_trial {
+        line(
+            "trial",
+            "this version is on trial until its boot check passes".into(),
+        );
+    }
+    if let Some(a) = &os.boot_assessment {
+        line("boot check", a.reason.clone());
+    }
+    if let Some(u) = &os.update {
+        let mut text = u.state.clone();
+        if u.state == "downloading" && u.total_bytes > 0 {
+            text.push_str(&format!(
+                " {} of {} MiB",
+                u.done_bytes >> 20,
+                u.total_bytes >> 20
+            ));
+        }
+        if !u.pending_version.is_empty() {
+            text.push_str(&format!(
+                ", {} written, starts at the next boot",
+                u.pending_version
+            ));
+        }
+        if !u.message.is_empty() && u.state != "idle" {
+            text.push_str(&format!(": {}", u.message));
+        }
+        line("update", text);
+        if !u.available.is_empty() {
+            line("available", u.available.clone());
+        }
+    }
+    for r in &os.rejections {
+        line(
+            "rejected",
+            match r.at {
+                Some(at) => format!("{} ({})", r.reason, at.format("%Y-%m-%d %H:%M UTC")),
+                None => r.reason.clone(),
+            },
+        );
+    }
     for note in &os.notes {
         line("note", note.clone());
     }
@@ -141,7 +184,7 @@ fn factory_reset(args: &ImageFactoryResetArgs) -> anyhow::Result<i32> {
                 .unwrap_or_else(|| "not a tinybox OS image".into())
         );
     }
-    if let Some(run) = run_going(args)? {
+    if let Some(run) = run_going(&args.bus, &args.state_dir)? {
         bail!("a run is going ({run}); cancel it or wait for it to end before a factory reset");
     }
     if !args.requested && !args.yes {
@@ -175,8 +218,8 @@ fn confirm() -> anyhow::Result<()> {
 
 /// The run going, if any: asked of the agent on the bus when it is there (never
 /// starting it by activation), else read from the run store.
-fn run_going(args: &ImageFactoryResetArgs) -> anyhow::Result<Option<String>> {
-    let bus: BusChoice = args.bus.parse().map_err(|e: String| anyhow!(e))?;
+pub fn run_going(bus: &str, state_dir: &Path) -> anyhow::Result<Option<String>> {
+    let bus: BusChoice = bus.parse().map_err(|e: String| anyhow!(e))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -205,7 +248,7 @@ fn run_going(args: &ImageFactoryResetArgs) -> anyhow::Result<Option<String>> {
     });
     match asked {
         Some(answer) => Ok(answer),
-        None => Ok(running_in_store(&args.state_dir)),
+        None => Ok(running_in_store(state_dir)),
     }
 }
 

@@ -1,6 +1,7 @@
 //! The command line: argument definitions and the D-Bus client commands.
 
 pub mod args;
+pub mod boot_check;
 pub mod box_record;
 pub mod client;
 pub mod dataset;
@@ -10,6 +11,7 @@ mod gpu_compile;
 mod gpu_floors;
 pub mod human;
 pub mod image;
+pub mod image_update;
 pub mod kernel_log;
 pub mod mlperf;
 pub mod printable;

@@ -346,8 +346,13 @@ fn partition_bytes(root: &Path, name: &str) -> Option<u64> {
 }
 
 /// Writes the plan's version into the other slot with systemd-sysupdate, keeping the
-/// progress file current; the progress ends `written`, or `rejected` with the reason.
-pub fn install(places: &Places, plan: &Plan) -> Result<(), UpdateError> {
+/// progress file current and telling `on_progress` each change; the progress ends
+/// `written`, or `rejected` with the reason.
+pub fn install(
+    places: &Places,
+    plan: &Plan,
+    mut on_progress: impl FnMut(&UpdateProgress),
+) -> Result<(), UpdateError> {
     let boot_id = boot_check::boot_id(&places.root);
     let mut state = progress::read(&places.state_dir).unwrap_or_else(UpdateProgress::idle);
     state.state = "downloading".into();
@@ -363,6 +368,7 @@ pub fn install(places: &Places, plan: &Plan) -> Result<(), UpdateError> {
     state.pid = std::process::id();
     state.updated_at = Utc::now();
     store(places, &state);
+    on_progress(&state);
     sysupdate::write_definitions(
         &places.root.join(sysupdate::TEMPLATES_DIR),
         &places.definitions,
@@ -379,6 +385,7 @@ pub fn install(places: &Places, plan: &Plan) -> Result<(), UpdateError> {
                 state.done_bytes = state.total_bytes * u64::from(percent) / 100;
                 state.updated_at = Utc::now();
                 store(places, &state);
+                on_progress(&state);
             }
         },
     );
@@ -401,7 +408,21 @@ pub fn install(places: &Places, plan: &Plan) -> Result<(), UpdateError> {
         }
     }
     store(places, &state);
+    on_progress(&state);
     result
+}
+
+/// Records that a check or an update has begun (`checking`), so that no run starts
+/// meanwhile.
+pub fn begin(places: &Places, version: &str) {
+    let mut state = progress::read(&places.state_dir).unwrap_or_else(UpdateProgress::idle);
+    state.state = "checking".into();
+    state.version = version.to_string();
+    state.message = "checking the update source".into();
+    state.boot_id = boot_check::boot_id(&places.root);
+    state.pid = std::process::id();
+    state.updated_at = Utc::now();
+    store(places, &state);
 }
 
 /// Records a refusal before anything was written.

@@ -167,13 +167,14 @@ fn curl_size(url: &str) -> Option<u64> {
     }
     String::from_utf8_lossy(&output.stdout)
         .lines()
+        .rev()
         .filter_map(|line| {
             let (key, value) = line.split_once(':')?;
             key.trim()
                 .eq_ignore_ascii_case("content-length")
                 .then(|| value.trim().parse::<u64>().ok())?
         })
-        .last()
+        .next()
 }
 
 /// One line of `SHA256SUMS`.
