@@ -6,6 +6,9 @@
 //! (commas part the lines it centres on the screen). The agent writes only when the
 //! socket exists, from a task of its own, with a short bound on connecting and writing,
 //! so a display that is missing, stuck or broken costs a log line, never the agent.
+//!
+//! On a tinybox OS image it also shows an OS update's download and, after the box went
+//! back from a rejected version, which version and which check.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,17 +16,21 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::time::{timeout, Instant};
+use tokio::time::{timeout, Instant, MissedTickBehavior};
 
 use super::events::AgentEvent;
 use super::handle::AgentHandle;
 use super::status::{AgentState, StatusSnapshot};
 use crate::record::RunBrief;
+use crate::update::OsImage;
 
 /// How long connecting to the display and writing one command may take.
 const SEND_BOUND: Duration = Duration::from_secs(1);
 /// The fewest seconds between two updates while a run goes (progress moves often).
 const MIN_UPDATE_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the OS image is looked at again: an update's progress is written to
+/// the state folder by the root side, and no agent event tells of it.
+const IMAGE_POLL: Duration = Duration::from_secs(5);
 /// Characters per line: the display's mono font fits about this many.
 const MAX_LINE_CHARS: usize = 24;
 /// Figures a run's headline is taken from, in order of preference.
@@ -66,26 +73,32 @@ pub fn spawn(handle: AgentHandle, socket: PathBuf) -> tokio::task::JoinHandle<()
         let mut warned = false;
         // The last run is shown as soon as the agent starts.
         let mut first = true;
+        let mut image_poll = tokio::time::interval(IMAGE_POLL);
+        image_poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             let urgent = if std::mem::take(&mut first) {
                 true
             } else {
-                match events.recv().await {
-                    Ok(event) => !matches!(
-                        event,
-                        AgentEvent::Progress { .. }
-                            | AgentEvent::Telemetry { .. }
-                            | AgentEvent::Train { .. }
-                    ),
-                    Err(RecvError::Lagged(_)) => true,
-                    Err(RecvError::Closed) => return,
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Ok(event) => !matches!(
+                            event,
+                            AgentEvent::Progress { .. }
+                                | AgentEvent::Telemetry { .. }
+                                | AgentEvent::Train { .. }
+                        ),
+                        Err(RecvError::Lagged(_)) => true,
+                        Err(RecvError::Closed) => return,
+                    },
+                    _ = image_poll.tick() => false,
                 }
             };
-            let command = command(&handle.status(), latest_rate(&handle));
-            if command == shown || (!urgent && last_sent.elapsed() < MIN_UPDATE_INTERVAL) {
+            if (!urgent && last_sent.elapsed() < MIN_UPDATE_INTERVAL) || !socket.exists() {
                 continue;
             }
-            if !socket.exists() {
+            let image = handle.image().await;
+            let command = command(&handle.status(), latest_rate(&handle), image.os.as_ref());
+            if command == shown {
                 continue;
             }
             match send(&socket, &command).await {
@@ -138,8 +151,9 @@ fn latest_rate(handle: &AgentHandle) -> Option<f64> {
 }
 
 /// What the display shows: a run in progress with its stage, progress and
-/// throughput; else the last run's suite, state and headline figure.
-pub fn command(status: &StatusSnapshot, rate: Option<f64>) -> String {
+/// throughput; else the last run's suite, state and headline figure, then an OS
+/// update's download and the version the box last went back from, when there are.
+pub fn command(status: &StatusSnapshot, rate: Option<f64>, image: Option<&OsImage>) -> String {
     let mut lines: Vec<String> = Vec::new();
     match (status.state, &status.current_suite) {
         (AgentState::Running, suite) => {
@@ -169,8 +183,59 @@ pub fn command(status: &StatusSnapshot, rate: Option<f64>) -> String {
             None => lines.push("TINYPERF IDLE".into()),
         },
     }
+    if let (AgentState::Idle, Some(os)) = (status.state, image) {
+        lines.extend(update_lines(os));
+        lines.extend(rejection_lines(os));
+    }
     let lines: Vec<String> = lines.iter().map(|l| clean(l)).collect();
     format!("text,{}", lines.join(","))
+}
+
+/// An OS update being downloaded: `OS UPDATE 42%` and its version.
+fn update_lines(os: &OsImage) -> Vec<String> {
+    let Some(update) = os.update.as_ref().filter(|u| u.state == "downloading") else {
+        return Vec::new();
+    };
+    let done = if update.total_bytes > 0 {
+        let ratio = update.done_bytes.min(update.total_bytes) as f64 / update.total_bytes as f64;
+        format!("{:.0}%", (ratio * 100.0).floor())
+    } else {
+        format!("{} MiB", update.done_bytes >> 20)
+    };
+    let mut lines = vec![format!("OS UPDATE {done}")];
+    if !update.version.is_empty() {
+        lines.push(format!("v{}", update.version));
+    }
+    lines
+}
+
+/// After the box went back from a rejected version: `v20261207.0900 rejected:` and the
+/// check that failed. Once the box runs another version than the one it went back
+/// to, the rejection is history and no longer shown.
+fn rejection_lines(os: &OsImage) -> Vec<String> {
+    let Some(newest) = os.rejections.first() else {
+        return Vec::new();
+    };
+    let went_back = newest.version != os.version
+        && newest
+            .previous_version
+            .as_deref()
+            .is_none_or(|previous| previous == os.version);
+    if !went_back {
+        return Vec::new();
+    }
+    let check = match newest.failed_checks.first() {
+        Some(check) => check.name.clone(),
+        None => {
+            let prefix = format!("{} rejected: ", newest.version);
+            newest
+                .reason
+                .strip_prefix(&prefix)
+                .unwrap_or(&newest.reason)
+                .to_string()
+        }
+    };
+    vec![format!("v{} rejected:", newest.version), check]
 }
 
 /// The run's headline figure as a short line: `6350 img/s`.
@@ -225,11 +290,11 @@ mod tests {
     #[test]
     fn the_command_names_the_run_and_its_headline() {
         assert_eq!(
-            command(&status(AgentState::Running), Some(6350.4)),
+            command(&status(AgentState::Running), Some(6350.4), None),
             "text,SMOKE 42%,train  then eval,6350 img/s"
         );
         let mut idle = status(AgentState::Idle);
-        assert_eq!(command(&idle, None), "text,TINYPERF IDLE");
+        assert_eq!(command(&idle, None, None), "text,TINYPERF IDLE");
         idle.last_run = Some(RunBrief {
             id: "r".into(),
             suite: "acceptance".into(),
@@ -259,7 +324,92 @@ mod tests {
             ],
             findings: Vec::new(),
         });
-        assert_eq!(command(&idle, None), "text,ACCEPTANCE PASSED,6351 img/s");
+        assert_eq!(
+            command(&idle, None, None),
+            "text,ACCEPTANCE PASSED,6351 img/s"
+        );
+    }
+
+    fn os_image(running: &str) -> OsImage {
+        let root = tempfile::tempdir().unwrap();
+        crate::update::fixture::image(
+            root.path(),
+            crate::update::fixture::ImageLayout {
+                a: crate::update::fixture::SlotContent::Version(running),
+                b: crate::update::fixture::SlotContent::Empty,
+                booted: 'a',
+                verity: true,
+            },
+        );
+        crate::update::status::read(root.path(), Default::default())
+            .os
+            .unwrap()
+    }
+
+    #[test]
+    fn after_a_rollback_the_rejected_version_and_its_check_are_shown_while_idle() {
+        let mut os = os_image("20261206.0900");
+        let idle = status(AgentState::Idle);
+        assert_eq!(command(&idle, None, Some(&os)), "text,TINYPERF IDLE");
+        os.rejections = vec![crate::update::status::Rejection {
+            version: "20261207.0900".into(),
+            at: Some(Utc::now()),
+            reason: "20261207.0900 rejected: training img/s 4,410 vs 5,220 on 20261206.0900, 0.84 < 0.95".into(),
+            previous_version: Some("20261206.0900".into()),
+            failed_checks: vec![crate::update::gate::GateCheck {
+                name: "training img/s".into(),
+                expected: "≥ 0.95 × 5,220".into(),
+                found: "4,410".into(),
+                result: "fail".into(),
+                ratio: Some(0.84),
+                previous_value: Some(5220.0),
+            }],
+        }];
+        assert_eq!(
+            command(&idle, None, Some(&os)),
+            "text,TINYPERF IDLE,v20261207.0900 rejected:,training img/s"
+        );
+        // A run in progress has the screen to itself.
+        assert_eq!(
+            command(&status(AgentState::Running), None, Some(&os)),
+            "text,SMOKE 42%,train  then eval"
+        );
+        // Without the failed checks, the reason says what failed.
+        os.rejections[0].failed_checks.clear();
+        assert_eq!(
+            command(&idle, None, Some(&os)),
+            "text,TINYPERF IDLE,v20261207.0900 rejected:,training img/s 4 410 vs"
+        );
+        // Once the box moved on to a newer version, the rejection is history.
+        let mut moved_on = os_image("20261208.0900");
+        moved_on.rejections = os.rejections.clone();
+        assert_eq!(command(&idle, None, Some(&moved_on)), "text,TINYPERF IDLE");
+    }
+
+    #[test]
+    fn an_os_update_shows_its_download_percentage() {
+        let mut os = os_image("20261206.0900");
+        let mut update = crate::update::progress::UpdateProgress::idle();
+        update.state = "downloading".into();
+        update.version = "20261208.0900".into();
+        update.done_bytes = 999;
+        update.total_bytes = 1000;
+        os.update = Some(update.clone());
+        let idle = status(AgentState::Idle);
+        assert_eq!(
+            command(&idle, None, Some(&os)),
+            "text,TINYPERF IDLE,OS UPDATE 99%,v20261208.0900"
+        );
+        update.total_bytes = 0;
+        update.done_bytes = 300 << 20;
+        os.update = Some(update.clone());
+        assert_eq!(
+            command(&idle, None, Some(&os)),
+            "text,TINYPERF IDLE,OS UPDATE 300 MiB,v20261208.0900"
+        );
+        update.state = "written".into();
+        os.update = Some(update);
+        assert_eq!(command(&idle, None, Some(&os)), "text,TINYPERF IDLE");
     }
 
     #[tokio::test]

@@ -339,7 +339,7 @@ impl App {
         let health = self.health_verdicts(trend_runs).await;
         let hardware = self.handle.hardware();
         let box_record = self.handle.box_summary();
-        let image = self.handle.image().await.headline();
+        let image = self.handle.image().await;
         let html = self.handle.with_live(|live| {
             page::home::render(&page::home::PageData {
                 status: &status,

@@ -9,6 +9,7 @@
 //! for joins.
 
 mod exposition;
+mod image;
 mod inventory;
 pub mod process;
 mod results;
@@ -62,13 +63,7 @@ pub fn render(s: &Snapshot<'_>) -> String {
     }
     tokens(&mut out, &s.tokens);
     if let Some(os) = s.image.and_then(|image| image.os.as_ref()) {
-        out.gauge(
-            "tinyperf_image_info",
-            "Always 1 on a tinybox OS image; the labels name the OS image's version and the slot \
-             (a or b) it booted from.",
-            &[("version", &os.version), ("slot", &os.slot)],
-            1.0,
-        );
+        image::render(&mut out, os);
     }
     out.into_text()
 }
@@ -224,7 +219,7 @@ mod tests {
         let image = crate::update::status::read(root.path(), Default::default());
         let hardware = serde_json::json!({});
         let (status, counters, latest) = (status(), Counters::default(), LatestResults::default());
-        let render_with = |image| {
+        let render_with = |image: Option<&crate::update::ImageStatus>| {
             render(&Snapshot {
                 status: &status,
                 counters: &counters,
@@ -248,8 +243,86 @@ mod tests {
             text.contains("\ntinyperf_image_info{version=\"20261205.1130\",slot=\"b\"} 1\n"),
             "{text}"
         );
+        // A box with no history yet still gives every result and state, at 0.
+        for line in [
+            "tinyperf_image_boot_assessments_total{result=\"pass\"} 0",
+            "tinyperf_image_boot_assessments_total{result=\"fail\"} 0",
+            "tinyperf_image_boot_assessments_total{result=\"rejected\"} 0",
+            "tinyperf_image_rollbacks_total 0",
+            "tinyperf_image_on_trial 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("tinyperf_image_last_rejection_timestamp_seconds"));
         let debian = crate::update::ImageStatus::not_an_image("no os-release");
-        assert!(!render_with(Some(&debian)).contains("tinyperf_image_info"));
+        let text = render_with(Some(&debian));
+        assert!(!text.contains("tinyperf_image_"), "{text}");
+
+        let mut image = image;
+        let os = image.os.as_mut().unwrap();
+        os.on_trial = true;
+        os.rollbacks_total = 2;
+        os.boot_assessments_total = [("pass".to_string(), 5), ("rejected".to_string(), 2)].into();
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-07T09:12:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        os.rejections = vec![crate::update::status::Rejection {
+            version: "20261207.0900\"x".into(),
+            at: Some(at),
+            reason: "20261207.0900 rejected: training img/s 4,410 vs 5,220".into(),
+            previous_version: Some("20261206.0900".into()),
+            failed_checks: Vec::new(),
+        }];
+        let mut update = crate::update::progress::UpdateProgress::idle();
+        update.state = "downloading".into();
+        update.version = "20261208.0900".into();
+        update.available = "20261208.0900".into();
+        update.done_bytes = 512 << 20;
+        update.total_bytes = 2 << 30;
+        os.update = Some(update);
+        let text = render_with(Some(&image));
+        for line in [
+            "tinyperf_image_on_trial 1",
+            "tinyperf_image_boot_assessments_total{result=\"pass\"} 5",
+            "tinyperf_image_boot_assessments_total{result=\"fail\"} 0",
+            "tinyperf_image_boot_assessments_total{result=\"rejected\"} 2",
+            "tinyperf_image_rollbacks_total 2",
+            "tinyperf_image_last_rejection_timestamp_seconds{version=\"20261207.0900\\\"x\"} 1796634720",
+            "tinyperf_image_update_available{version=\"20261208.0900\"} 1",
+            "tinyperf_image_update_state{state=\"idle\"} 0",
+            "tinyperf_image_update_state{state=\"downloading\"} 1",
+            "tinyperf_image_update_state{state=\"written\"} 0",
+            "tinyperf_image_update_downloaded_bytes 536870912",
+            "tinyperf_image_update_size_bytes 2147483648",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+        for (family, kind) in [
+            ("tinyperf_image_boot_assessments_total", "counter"),
+            ("tinyperf_image_rollbacks_total", "counter"),
+            ("tinyperf_image_update_available", "gauge"),
+            ("tinyperf_image_update_state", "gauge"),
+        ] {
+            assert_eq!(
+                text.matches(&format!("# TYPE {family} {kind}\n")).count(),
+                1,
+                "{text}"
+            );
+        }
+        assert_eq!(text.matches("tinyperf_image_update_state{").count(), 5);
+        image
+            .os
+            .as_mut()
+            .unwrap()
+            .update
+            .as_mut()
+            .unwrap()
+            .available = String::new();
+        assert!(render_with(Some(&image))
+            .contains("\ntinyperf_image_update_available{version=\"\"} 0\n"));
     }
 
     #[test]

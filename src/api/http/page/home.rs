@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::compare::Comparison;
 use super::hardware::{self, Checks, DeviceTable};
 use super::history::HistoryParts;
+use super::image::{self, ImagePart};
 use super::live::{self, GpuTile, RecentTelemetry};
 use super::stages::{stage_rows, StageRow};
 use super::svg::SvgFigure;
@@ -23,6 +24,7 @@ use crate::agent::birth::BoxSummary;
 use crate::agent::live::LiveRun;
 use crate::agent::{AgentState, StatusSnapshot};
 use crate::record::{RunRecord, Verdict};
+use crate::update::ImageStatus;
 
 /// What the page shows.
 pub struct PageData<'a> {
@@ -44,9 +46,10 @@ pub struct PageData<'a> {
     pub now: DateTime<Utc>,
     /// The box's birth record and what changed since; `None` before it was compared.
     pub box_record: Option<&'a BoxSummary>,
-    /// The OS image in a line (`OS 20261205.1130 · slot A · verified`, or why this is
-    /// not a tinybox OS image); `None` leaves it out.
-    pub image: Option<&'a str>,
+    /// The OS image: its line in the header (`OS 20261205.1130 · slot A · verified`,
+    /// or why this is not a tinybox OS image), and on an image its rejections, update
+    /// and trial; `None` leaves it all out.
+    pub image: Option<&'a ImageStatus>,
 }
 
 #[derive(Template)]
@@ -75,6 +78,7 @@ struct HomePage<'a> {
     comparison: &'a Comparison,
     box_record: Option<BoxRecordPart>,
     os_line: Option<String>,
+    os_part: Option<ImagePart>,
 }
 
 /// The page's "Box record" section.
@@ -156,7 +160,12 @@ pub fn render(d: &PageData<'_>) -> String {
         parts: d.history,
         comparison: &d.history.comparison,
         box_record: d.box_record.map(|b| box_record_part(b, d.now)),
-        os_line: d.image.map(String::from),
+        os_line: d.image.map(ImageStatus::headline),
+        os_part: d
+            .image
+            .and_then(|image| image.os.as_ref())
+            .map(image::part)
+            .filter(|p| !p.is_empty()),
     };
     page.render().unwrap_or_else(|e| {
         format!("<!doctype html><title>tinyperf</title><p>the page could not be rendered: {e}</p>")
@@ -301,7 +310,7 @@ mod tests {
     #[test]
     fn the_header_names_the_os_image_and_its_slot() {
         let st = status(AgentState::Idle);
-        let with = |image| {
+        let with = |image: Option<&ImageStatus>| {
             render(&PageData {
                 status: &st,
                 hardware: &json!({}),
@@ -315,17 +324,71 @@ mod tests {
                 image,
             })
         };
-        let html = with(Some("OS 20261205.1130 · slot A · verified"));
+        let root = tempfile::tempdir().unwrap();
+        crate::update::fixture::image(
+            root.path(),
+            crate::update::fixture::ImageLayout {
+                a: crate::update::fixture::SlotContent::Version("20261205.1130"),
+                b: crate::update::fixture::SlotContent::Empty,
+                booted: 'a',
+                verity: true,
+            },
+        );
+        let mut image = crate::update::status::read(root.path(), Default::default());
+        let html = with(Some(&image));
         assert!(
             html.contains("<span id=\"os\">OS 20261205.1130 · slot A · verified</span>"),
             "{html}"
         );
-        let html = with(Some("not a tinybox OS image (<no os-release>)"));
+        // Nothing to say beyond the header: no section.
+        assert!(!html.contains("id=\"os-image\""), "{html}");
+        let html = with(Some(&ImageStatus::not_an_image("<no os-release>")));
         assert!(
             html.contains("not a tinybox OS image (&#60;no os-release&#62;)"),
             "{html}"
         );
         assert!(!with(None).contains("id=\"os\""));
+
+        let os = image.os.as_mut().unwrap();
+        os.on_trial = true;
+        os.rejections = vec![crate::update::status::Rejection {
+            version: "20261207.0900".into(),
+            at: Some(
+                chrono::DateTime::parse_from_rfc3339("2026-12-07T09:12:00Z")
+                    .unwrap()
+                    .with_timezone(&Utc),
+            ),
+            reason: format!("20261207.0900 rejected: training img/s {HOSTILE}"),
+            previous_version: Some("20261206.0900".into()),
+            failed_checks: Vec::new(),
+        }];
+        let mut update = crate::update::progress::UpdateProgress::idle();
+        update.state = "downloading".into();
+        update.version = "20261208.0900".into();
+        update.done_bytes = 1 << 30;
+        update.total_bytes = 4 << 30;
+        os.update = Some(update);
+        let html = with(Some(&image));
+        assert!(
+            html.contains(
+                "<p id=\"os-rejection\" class=\"banner fail\" role=\"alert\">20261207.0900 rejected \
+                 2026-12-07 09:12 UTC: training img/s &#60;script&#62;"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("— the box went back to 20261206.0900</p>"),
+            "{html}"
+        );
+        assert!(!html.contains("alert(\"x\")"));
+        assert!(html.contains("<div id=\"os-update\" data-state=\"downloading\">"));
+        assert!(html.contains("Downloading OS 20261208.0900: 1 GiB of 4 GiB (25 %)."));
+        assert!(html.contains(
+            "<progress id=\"os-update-bar\" max=\"4294967296\" value=\"1073741824\"></progress>"
+        ));
+        assert!(html.contains("<span id=\"os-trial\" class=\"badge warn\">on trial</span>"));
+        assert!(html.contains("OS 20261205.1130 is on trial"));
+        only_own_scripts(&html);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod compare;
 mod hardware;
 mod history;
 pub(super) mod home;
+mod image;
 mod live;
 pub(super) mod run;
 mod stages;

@@ -224,7 +224,42 @@
     setTimeout(function () { location.reload(); }, 400);
   }
 
+  // As the server writes sizes: 1024-based, one decimal unless whole.
+  function bytesText(n) {
+    var units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"], u = 0;
+    while (Math.abs(n) >= 1024 && u + 1 < units.length) { n /= 1024; u += 1; }
+    return (u === 0 || n % 1 === 0 ? n.toFixed(0) : n.toFixed(1)) + " " + units[u];
+  }
+  // An OS update's bytes: from the `update` event where the agent sends one, else
+  // asked for every few seconds while the page shows one under way. The page is
+  // rendered again when the update's state moves on.
+  var updateBox = document.getElementById("os-update");
+  var updateShown = updateBox ? updateBox.getAttribute("data-state") : "idle";
+  if (updateShown === "available") updateShown = "idle";
+  function applyUpdate(u) {
+    u = u || {};
+    if ((u.state || "idle") !== updateShown) { reload(); return; }
+    if (!(u.total_bytes > 0)) return;
+    var done = Math.min(u.done_bytes || 0, u.total_bytes);
+    var bar = document.getElementById("os-update-bar");
+    if (bar) { bar.max = u.total_bytes; bar.value = done; }
+    if (u.state === "downloading") {
+      setText("os-update-text", "Downloading OS " + (u.version || "a new version") + ": " + bytesText(done) +
+        " of " + bytesText(u.total_bytes) + " (" + (100 * done / u.total_bytes).toFixed(0) + " %).");
+    }
+  }
+  function watchUpdate() {
+    if (updateShown !== "downloading" && updateShown !== "checking") return;
+    setTimeout(function () {
+      getJson("/api/v1/image").then(function (image) {
+        applyUpdate(image.update);
+        watchUpdate();
+      }).catch(function () { watchUpdate(); });
+    }, 3000);
+  }
+
   loadLive();
+  watchUpdate();
   if (!window.EventSource) return;
   var lostContact = false;
   function connect() {
@@ -270,6 +305,7 @@
       addSample(ev);
       scheduleDraw();
     });
+    source.addEventListener("update", function (e) { applyUpdate(JSON.parse(e.data)); });
     ["run_started", "run_finished", "stage_finished", "hardware_changed"].forEach(function (name) {
       source.addEventListener(name, reload);
     });
