@@ -5,15 +5,26 @@
 # and no mounts of the image; needs root for mmdebstrap's chroot.
 #
 #   image/build.sh [--variant cpu|green|red] [--out DIR] [--resolve-only | --rootfs-only]
+#                  [--keep-rootfs] [--from-rootfs DIR [--overlay DIR]]
 #
 # --rootfs-only stops after the root filesystem: out/image/tinybox-V.rootfs/
 # (a folder, what make image-test checks red and green on) and its manifest.
+# --keep-rootfs (or KEEP_ROOTFS=1) also keeps the finished root filesystem tree
+# of the build as OUT/tinybox-V.rootfs-tree/ (with what its manifest needs in
+# OUT/tinybox-V.rootfs-tree.build/). --from-rootfs DIR builds the slot, the UKI,
+# the disk and the update files from a copy of such a tree, without mmdebstrap,
+# under a new IMAGE_VERSION (which must be given); --overlay DIR copies DIR's
+# files into the tree first. The update test makes its later versions this way.
 #
 # Environment: MIRROR, SECURITY_MIRROR (apt archives), SNAPSHOT (a
 # snapshot.debian.org timestamp such as 20251101T000000Z, which replaces both
 # mirrors), SOURCE_DATE_EPOCH (file times; defaults to the tinyperf commit time),
 # KEEP_BUILD=1 (keep the work folder for inspection), WHEEL_CACHE (where
-# downloaded wheels are kept between builds; default OUT/.wheels).
+# downloaded wheels are kept between builds; default OUT/.wheels),
+# UPDATE_SIGNING_KEY (an armored OpenPGP secret key file, never in the tree,
+# that signs the update files' SHA256SUMS; without it a throwaway test key is
+# made once and kept in OUT/.update-signing/), UPDATE_SIGNING_PASSPHRASE_FILE
+# (the key's passphrase, if it has one).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +32,9 @@ variant=cpu
 out="$repo/out/image"
 resolve_only=0
 rootfs_only=0
+keep_rootfs=${KEEP_ROOTFS:-0}
+from_rootfs=""
+overlay=""
 suite=trixie
 
 die() {
@@ -35,12 +49,30 @@ while [ $# -gt 0 ]; do
     --out) out=${2:?--out needs a folder}; shift 2 ;;
     --resolve-only) resolve_only=1; shift ;;
     --rootfs-only) rootfs_only=1; shift ;;
+    --keep-rootfs) keep_rootfs=1; shift ;;
+    --from-rootfs) from_rootfs=${2:?--from-rootfs needs a folder}; shift 2 ;;
+    --overlay) overlay=${2:?--overlay needs a folder}; shift 2 ;;
     -h | --help) sed -n "2,/^set -euo/{/^#/p}" "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
 
 # --- Checks before anything is written -------------------------------------
+
+case "$keep_rootfs" in 0 | 1) ;; *) die "KEEP_ROOTFS=$keep_rootfs: use 1 or 0" ;; esac
+if [ -n "$from_rootfs" ]; then
+    [ "$resolve_only" = 0 ] && [ "$rootfs_only" = 0 ] || die "--from-rootfs builds an image; it does not go with --resolve-only or --rootfs-only"
+    [ -f "$from_rootfs/usr/lib/os-release" ] || die "--from-rootfs $from_rootfs: no root filesystem tree there (no usr/lib/os-release; make one with --keep-rootfs)"
+    [ -f "$from_rootfs.build/packages" ] ||
+        die "--from-rootfs $from_rootfs: no $from_rootfs.build/ beside it (what the manifest needs; --keep-rootfs writes both)"
+    [ -n "${IMAGE_VERSION:-}" ] || die "--from-rootfs needs IMAGE_VERSION= (a version other than the tree's own)"
+    from_rootfs=$(cd "$from_rootfs" && pwd)
+fi
+if [ -n "$overlay" ]; then
+    [ -n "$from_rootfs" ] || die "--overlay goes with --from-rootfs"
+    [ -d "$overlay" ] || die "--overlay $overlay is not a folder"
+    overlay=$(cd "$overlay" && pwd)
+fi
 
 variant_file="$repo/image/variants/$variant.conf"
 if [[ ! "$variant" =~ ^[a-z0-9-]+$ ]] || [ ! -f "$variant_file" ]; then
@@ -89,6 +121,7 @@ fi
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 for url in "$MIRROR/dists/$suite/InRelease" "$SECURITY_MIRROR/dists/$suite-security/InRelease"; do
+    [ -z "$from_rootfs" ] || break
     curl -fsS -o /dev/null --max-time 30 "$url" 2>/dev/null ||
         die "the archive is unreachable: cannot fetch $url (set MIRROR= / SECURITY_MIRROR= or SNAPSHOT=)"
 done
@@ -100,8 +133,18 @@ version=$(git -C "$repo" describe --always --dirty 2>/dev/null || echo unknown)
 IMAGE_VERSION=${IMAGE_VERSION:-$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y%m%d.%H%M%S)}
 [[ "$IMAGE_VERSION" =~ ^[0-9][0-9A-Za-z.~^]{0,23}$ ]] ||
     die "IMAGE_VERSION=$IMAGE_VERSION: use digits, letters, '.', '~' or '^' (no '_', '-' or '+'), at most 24 characters, starting with a digit"
-export IMAGE_VERSION
+export IMAGE_VERSION VARIANT=$variant
 name="tinybox-$variant"
+if [ -n "$from_rootfs" ]; then
+    tree_variant=$(sed -n 's/^VARIANT_ID=//p' "$from_rootfs/usr/lib/os-release" | tr -d '"')
+    tree_version=$(sed -n 's/^IMAGE_VERSION=//p' "$from_rootfs/usr/lib/os-release" | tr -d '"')
+    [ "$tree_variant" = "$variant" ] ||
+        die "--from-rootfs $from_rootfs is a tree of variant '${tree_variant:-unknown}', not $variant"
+    [ "$tree_version" != "$IMAGE_VERSION" ] ||
+        die "--from-rootfs $from_rootfs is version $tree_version already: give a new IMAGE_VERSION="
+    # Nothing is downloaded: the tree has its packages and wheels.
+    WHEELS=""
+fi
 
 # --- Work folder; only complete outputs are renamed into $out -----------
 
@@ -135,12 +178,16 @@ done <<<"$APT_SOURCES"
 # partition), systemd-cryptsetup (dm-verity), bootctl, the kernel with dracut
 # for a systemd initrd, systemd-boot's EFI binary, an SSH server, and
 # the tools the agent's inventory and an operator use (man-db and bash-completion
-# so that tinyperf's own man pages and completions work over SSH).
+# so that tinyperf's own man pages and completions work over SSH). Updates:
+# systemd-container (systemd-sysupdate, systemd-pull), gpg and gpgv (the
+# signature of the update files), systemd-boot (systemd-bless-boot and its
+# generator, which mark a new version good once boot-complete.target is reached).
 base="systemd systemd-sysv udev dbus libpam-systemd systemd-timesyncd systemd-resolved
       systemd-repart systemd-cryptsetup systemd-boot-tools linux-image-amd64 dracut systemd-boot-efi
       openssh-server ca-certificates netbase iproute2 iputils-ping curl jq
       kmod e2fsprogs fdisk pciutils usbutils nvme-cli dmidecode lshw procps less
-      man-db bash-completion"
+      man-db bash-completion
+      systemd-container gpg gpgv systemd-boot"
 packages=$(echo "$base $PACKAGES" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')
 
 exclude_args=()
@@ -248,13 +295,32 @@ export WHEELS_DIR="$wheels"
 
 # --- Root filesystem --------------------------------------------------------
 
+rootfs="$work/rootfs"
+if [ -n "$from_rootfs" ]; then
+    note "root filesystem: a copy of $from_rootfs (version $tree_version), as version $IMAGE_VERSION"
+    mkdir "$rootfs"
+    cp -a --reflink=auto "$from_rootfs/." "$rootfs/"
+    for f in packages release-dates wheels.manifest dkms.manifest; do
+        [ ! -f "$from_rootfs.build/$f" ] || cp "$from_rootfs.build/$f" "$work/$f"
+    done
+    touch "$work/wheels.manifest"
+    sed -i "s/^IMAGE_VERSION=.*/IMAGE_VERSION=$IMAGE_VERSION/" "$rootfs/usr/lib/os-release"
+    grep -qx "IMAGE_VERSION=$IMAGE_VERSION" "$rootfs/usr/lib/os-release" || die "cannot set IMAGE_VERSION in the tree's os-release"
+    rebuilt="rebuilt-from: $from_rootfs (version $tree_version)"
+    if [ -n "$overlay" ]; then
+        cp -r --preserve=mode "$overlay/." "$rootfs/"
+        (cd "$overlay" && find . -mindepth 1) | while read -r f; do chown -h root:root "$rootfs/$f"; done
+        rebuilt+=", overlay $overlay: $(cd "$overlay" && find . -type f | sed 's|^\.||' | sort | tr '\n' ' ' | sed 's/ $//')"
+    fi
+    note "$rebuilt"
+else
+rebuilt=""
 stage="$work/stage"
 note "installing tinyperf into a staging folder (make install)"
 make -s -C "$repo" install DESTDIR="$stage" PREFIX=/usr >"$work/install.log" 2>&1 ||
     { tail -30 "$work/install.log" >&2; die "make install failed"; }
 [ -x "$stage/usr/bin/tinyperf" ] || die "make install put no /usr/bin/tinyperf into $stage"
 
-rootfs="$work/rootfs"
 note "building the root filesystem with mmdebstrap (a few minutes)"
 mmdebstrap --mode=root --variant=minbase --components="$components" \
     --include="$packages" \
@@ -275,6 +341,7 @@ mmdebstrap --mode=root --variant=minbase --components="$components" \
     [ ! -s "$work/customize.failed" ] || die "$(cat "$work/customize.failed")"
     die "mmdebstrap failed (full log: rerun with KEEP_BUILD=1, $work/mmdebstrap.log)"
 }
+fi
 rootfs_done=$(date +%s)
 # The wheels' libraries are in the tree now.
 rm -rf "$wheels"
@@ -352,6 +419,66 @@ else
 fi
 secureboot_sha256=$(openssl x509 -noout -fingerprint -sha256 -in "$sb/db.crt" | sed 's/^.*=//; s/://g' | tr 'A-F' 'a-f')
 
+# --- Update signing key ---------------------------------------------------------
+
+# UPDATE_SIGNING_KEY (an armored OpenPGP secret key, given by path, never in
+# the tree) signs SHA256SUMS of the update files (SHA256SUMS.gpg, detached). Its
+# public key is the slot's /usr/lib/systemd/import-pubring.gpg, the keyring
+# systemd-pull and tinyperf check updates against. Without it the build makes a
+# throwaway key once and keeps it in OUT/.update-signing/, so that later test
+# builds in the same output folder can update each other.
+gpg_home="$work/gnupg"
+mkdir -m 0700 "$gpg_home"
+gpg_q() { gpg --homedir "$gpg_home" --batch --quiet --no-tty "$@"; }
+stop_gpg_agent() { gpgconf --homedir "$gpg_home" --kill gpg-agent >/dev/null 2>&1 || true; }
+trap 'stop_gpg_agent; cleanup' EXIT
+signing_key=${UPDATE_SIGNING_KEY:-}
+signing_test=0
+if [ -z "$signing_key" ]; then
+    signing_key="$out/.update-signing/secret.asc"
+    signing_test=1
+    if [ ! -f "$signing_key" ]; then
+        mkdir -p -m 0700 "$out/.update-signing"
+        gpg_q --pinentry-mode loopback --passphrase '' \
+            --quick-generate-key "tinybox update TEST KEY, not for production <updates@tinybox.invalid>" ed25519 sign never \
+            >"$work/gpg-genkey.log" 2>&1 || { cat "$work/gpg-genkey.log" >&2; die "cannot make a throwaway update signing key (gpg)"; }
+        gpg_q --pinentry-mode loopback --passphrase '' --armor --export-secret-keys >"$signing_key.part" &&
+            chmod 0600 "$signing_key.part" && mv "$signing_key.part" "$signing_key" ||
+            die "cannot keep the throwaway update signing key in $out/.update-signing/"
+    fi
+fi
+[ -f "$signing_key" ] && [ -r "$signing_key" ] || die "UPDATE_SIGNING_KEY=$signing_key is not a readable file"
+gpg_q --import "$signing_key" >"$work/gpg-import.log" 2>&1 ||
+    { cat "$work/gpg-import.log" >&2; die "cannot import the update signing key $signing_key (an armored OpenPGP secret key?)"; }
+mapfile -t signing_fprs < <(gpg_q --with-colons --list-secret-keys | awk -F: '$1 == "sec" { want = 1 } $1 == "fpr" && want { print $10; want = 0 }')
+[ ${#signing_fprs[@]} -eq 1 ] ||
+    die "$signing_key holds ${#signing_fprs[@]} secret keys; the update signing key must be exactly one"
+signing_fpr=${signing_fprs[0]}
+signing_uid=$(gpg_q --with-colons --list-secret-keys "$signing_fpr" | awk -F: '$1 == "uid" { print $10; exit }')
+[[ "$signing_uid" != *"TEST KEY"* ]] || signing_test=1
+gpg_sign_args=(--pinentry-mode loopback --passphrase '')
+if [ -n "${UPDATE_SIGNING_PASSPHRASE_FILE:-}" ]; then
+    [ -r "$UPDATE_SIGNING_PASSPHRASE_FILE" ] || die "UPDATE_SIGNING_PASSPHRASE_FILE=$UPDATE_SIGNING_PASSPHRASE_FILE is not readable"
+    gpg_sign_args=(--pinentry-mode loopback --passphrase-file "$UPDATE_SIGNING_PASSPHRASE_FILE")
+fi
+echo test | gpg_q "${gpg_sign_args[@]}" --local-user "$signing_fpr" --detach-sign --output /dev/null - 2>"$work/gpg-test.log" ||
+    { cat "$work/gpg-test.log" >&2; die "the update signing key $signing_fpr cannot sign (a passphrase? set UPDATE_SIGNING_PASSPHRASE_FILE)"; }
+gpg_q --export "$signing_fpr" >"$work/import-pubring.gpg"
+if [ "$signing_test" = 1 ]; then
+    update_signing="$signing_fpr, THROWAWAY TEST KEY ($signing_uid): updates signed with it are for tests only"
+    echo "image: ***********************************************************************" >&2
+    echo "image: * No UPDATE_SIGNING_KEY given: the update files are signed with a        *" >&2
+    echo "image: * throwaway test key, and the image trusts only updates signed with it.  *" >&2
+    echo "image: * This image is for tests only; never ship it to a box.                  *" >&2
+    echo "image: ***********************************************************************" >&2
+    note "the test key: $signing_key"
+else
+    update_signing="$signing_fpr ($signing_uid)"
+fi
+# The slot trusts this key and no other (Debian's keyring of its image signers goes).
+rm -f "$rootfs/usr/lib/systemd/import-pubring.gpg"
+install -D -m 0644 "$work/import-pubring.gpg" "$rootfs/usr/lib/systemd/import-pubring.gpg"
+
 # --- Verified slots, the UKI and the disk (trixie's systemd-repart and ukify) --
 
 tools=$("$repo/image/tools.sh" --out "$out" --mirror "$MIRROR") || die "cannot prepare the trixie tools tree (see above)"
@@ -413,7 +540,11 @@ PY
 slot_done=$(date +%s)
 # Everything the slot needs from the tree is in the disk image now.
 os_release=$(cat "$rootfs/usr/lib/os-release")
-rm -rf --one-file-system "$rootfs"
+if [ "$keep_rootfs" = 1 ]; then
+    mv "$rootfs" "$work/rootfs-tree"
+else
+    rm -rf --one-file-system "$rootfs"
+fi
 mkdir -p "$rootfs/usr/lib"
 printf '%s\n' "$os_release" >"$rootfs/usr/lib/os-release"
 
@@ -462,6 +593,15 @@ tools_run env SOURCE_DATE_EPOCH="$SOURCE_DATE_EPOCH" systemd-repart --dry-run=no
     { tail -20 "$work/repart-esp.log" >&2; die "systemd-repart could not write the EFI system partition"; }
 tools_run sbverify --cert /work/secureboot/db.crt "/work/esp/EFI/Linux/$uki" >/dev/null 2>&1 ||
     die "the UKI's Secure Boot signature does not verify against the build's certificate"
+if [ "$keep_rootfs" = 1 ]; then
+    # The kept tree is as the customize hook left it: kernel and initrd in /boot.
+    cp "$uki_in/vmlinuz" "$work/rootfs-tree/boot/vmlinuz-$kernel"
+    cp "$uki_in/initrd.img" "$work/rootfs-tree/boot/initrd.img-$kernel"
+    mkdir "$work/rootfs-tree.build"
+    for f in packages release-dates wheels.manifest dkms.manifest; do
+        [ ! -f "$work/$f" ] || cp "$work/$f" "$work/rootfs-tree.build/$f"
+    done
+fi
 rm -rf "$uki_in"
 
 # --- Update files of this version (what systemd-sysupdate reads) ------------
@@ -482,6 +622,11 @@ for kind in r:root v:root-verity; do
 done
 cp "$esp/EFI/Linux/$uki" "$update/$uki"
 (cd "$update" && sha256sum -- * >SHA256SUMS)
+gpg_q "${gpg_sign_args[@]}" --local-user "$signing_fpr" --detach-sign --output "$update/SHA256SUMS.gpg" "$update/SHA256SUMS" \
+    2>"$work/gpg-sign.log" || { cat "$work/gpg-sign.log" >&2; die "cannot sign the update files' SHA256SUMS"; }
+gpgv --keyring "$work/import-pubring.gpg" "$update/SHA256SUMS.gpg" "$update/SHA256SUMS" >"$work/gpgv.log" 2>&1 ||
+    { cat "$work/gpgv.log" >&2; die "SHA256SUMS.gpg does not verify against the slot's import-pubring.gpg"; }
+stop_gpg_agent
 rm -rf "$esp"
 
 # --- Compressed copy, block map, manifest, checksums ------------------------
@@ -509,15 +654,23 @@ write_manifest "$manifest" \
     "root-partuuid: $data_uuid" "root-verity-partuuid: $hash_uuid" \
     "raw-bytes: $(stat -c %s "$raw")" "esp-mib: $esp_mib" "slot-mib: $SLOT_MIB" "slot-hash-mib: $hash_mib" \
     "slot-used-mib: $erofs_mib" "rootfs-files-mib: $used_mib" "uki: $uki" "uki-bytes: $uki_bytes" \
-    "uki-cmdline: $cmdline" "secure-boot: $secureboot" "secure-boot-cert-sha256: $secureboot_sha256"
+    "uki-cmdline: $cmdline" "secure-boot: $secureboot" "secure-boot-cert-sha256: $secureboot_sha256" \
+    "update-signing-key: $update_signing" ${rebuilt:+"$rebuilt"}
 
 (cd "$work" && sha256sum "$name.raw" "$name.raw.zst" "$name.bmap" "$name.manifest" >"$name.SHA256SUMS")
 cp "$sb/db.crt" "$work/$name.secureboot.crt"
+cp "$work/import-pubring.gpg" "$work/$name.update-signing.gpg"
 
 rm -rf --one-file-system "${out:?}/$name.update"
-for f in "$name.raw" "$name.raw.zst" "$name.bmap" "$name.manifest" "$name.SHA256SUMS" "$name.secureboot.crt" "$name.update"; do
+for f in "$name.raw" "$name.raw.zst" "$name.bmap" "$name.manifest" "$name.SHA256SUMS" "$name.secureboot.crt" \
+    "$name.update-signing.gpg" "$name.update"; do
     mv -f "$work/$f" "$out/$f"
 done
+if [ "$keep_rootfs" = 1 ]; then
+    rm -rf --one-file-system "${out:?}/$name.rootfs-tree" "$out/$name.rootfs-tree.build"
+    mv "$work/rootfs-tree" "$out/$name.rootfs-tree"
+    mv "$work/rootfs-tree.build" "$out/$name.rootfs-tree.build"
+fi
 
 finished=$(date +%s)
 raw_bytes=$(stat -c %s "$out/$name.raw")
@@ -527,6 +680,8 @@ note "built $out/$name.raw, OS version $IMAGE_VERSION, in $((finished - started)
 note "raw $((raw_bytes / 1024 / 1024)) MiB ($(du -m "$out/$name.raw" | cut -f1) MiB allocated), zstd $((zst_bytes / 1024 / 1024)) MiB"
 note "slot ${SLOT_MIB} MiB holding ${erofs_mib} MiB of erofs; UKI $((uki_bytes / 1024 / 1024)) MiB; update files $((update_bytes / 1024 / 1024)) MiB in $out/$name.update/"
 note "Secure Boot: $secureboot"
+note "update signing key: $update_signing"
+[ "$keep_rootfs" = 0 ] || note "kept the root filesystem tree in $out/$name.rootfs-tree/ (for --from-rootfs)"
 printf 'build_s=%s\nrootfs_s=%s\nslot_s=%s\nraw_bytes=%s\nzst_bytes=%s\nslot_mib=%s\nslot_used_mib=%s\nuki_bytes=%s\nupdate_bytes=%s\n' \
     "$((finished - started))" "$((rootfs_done - started))" "$((slot_done - rootfs_done))" "$raw_bytes" "$zst_bytes" \
     "$SLOT_MIB" "$erofs_mib" "$uki_bytes" "$update_bytes" >"$out/$name.build-stats"

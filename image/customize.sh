@@ -4,6 +4,7 @@
 # folder, $3 the build's work folder (it receives the package list and the
 # archive dates for the manifest). Runs on the build host, as root. The
 # environment carries the variant's MODULES_LOAD, DKMS_MODULES, CHECK_MODULES,
+# VARIANT (cpu, red, green: os-release's VARIANT_ID), IMAGE_VERSION,
 # VARIANT_ROOTFS (its overlay folder, or empty) and WHEELS_DIR (the unpacked
 # wheels, laid out as in the image).
 set -euo pipefail
@@ -167,9 +168,17 @@ systemctl --root="$root" enable \
 # partition is set up in the initrd (tinybox-state), so repart must not run
 # again once /var is mounted; the root is read-only and never grows.
 systemctl --root="$root" mask systemd-firstboot.service systemd-repart.service systemd-growfs-root.service
-for unit in tinyperf-factory-reset.path; do
+# The agent's requests (factory reset, update) reach root through path units;
+# a newly installed version is kept only when tinyperf-boot-check passes
+# (boot-complete.target requires it).
+for unit in tinyperf-factory-reset.path tinyperf-update.path tinyperf-boot-check.service; do
     [ ! -e "$root/usr/lib/systemd/system/$unit" ] || systemctl --root="$root" enable "$unit"
 done
+# The test hook: does nothing unless QEMU hands it a test phase (fw_cfg).
+systemctl --root="$root" enable tinybox-test-phase.service tinybox-test-update.service
+# systemd-boot on the ESP comes with each image (signed); the package's own
+# copy in /usr must not replace it.
+systemctl --root="$root" mask systemd-boot-update.service
 # systemd-resolved's stub resolver for the addresses DHCP hands out.
 ln -sf ../run/systemd/resolve/stub-resolv.conf "$root/etc/resolv.conf"
 
@@ -188,8 +197,10 @@ install -d -m 0755 "$root/efi" "$root/raid"
 
 # The version of this image, which its UKI, its slot and its update files are named after.
 [ -n "${IMAGE_VERSION:-}" ] || die "no IMAGE_VERSION in the environment"
-sed -i '/^IMAGE_ID=/d; /^IMAGE_VERSION=/d' "$root/usr/lib/os-release"
-printf 'IMAGE_ID=tinybox\nIMAGE_VERSION=%s\n' "$IMAGE_VERSION" >>"$root/usr/lib/os-release"
+# VARIANT_ID says which GPU stack it carries (cpu: none).
+[ -n "${VARIANT:-}" ] || die "no VARIANT in the environment"
+sed -i '/^IMAGE_ID=/d; /^IMAGE_VERSION=/d; /^VARIANT_ID=/d' "$root/usr/lib/os-release"
+printf 'VARIANT_ID=%s\nIMAGE_ID=tinybox\nIMAGE_VERSION=%s\n' "$VARIANT" "$IMAGE_VERSION" >>"$root/usr/lib/os-release"
 
 # The root slot is read-only and /var is the state partition, empty at first
 # boot: dpkg's database belongs to the image and moves to /usr (tmpfiles
