@@ -324,6 +324,141 @@ async fn a_run_page_shows_its_stages_checks_energy_and_figures_from_its_files() 
     assert_eq!(again.body, page.body);
 }
 
+/// The image below `root` after a rollback: slot A runs the version the box went back
+/// to, slot B holds the version it rejected; the state folder holds the boot checks'
+/// history and an update to a third version half downloaded in this boot.
+fn rolled_back_image(root: &Path, state_dir: &Path) {
+    use tinyperf::update::fixture::{self, ImageLayout, SlotContent};
+    use tinyperf::update::gate::{Assessment, GateCheck};
+    fixture::image(
+        root,
+        ImageLayout {
+            a: SlotContent::Version("20261206.0900"),
+            b: SlotContent::Version("20261207.0900"),
+            booted: 'a',
+            verity: true,
+        },
+    );
+    fixture::write(root, "proc/sys/kernel/random/boot_id", "boot-3\n");
+    std::fs::create_dir_all(root.join("proc/4242")).unwrap();
+    let at = |text: &str| {
+        chrono::DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&chrono::Utc)
+    };
+    let assessment =
+        |version: &str, when: &str, boot: &str, rejected: bool, reason: &str| Assessment {
+            version: version.into(),
+            at: at(when),
+            boot_id: boot.into(),
+            result: if rejected { "fail" } else { "pass" }.into(),
+            on_trial: rejected,
+            rejected,
+            previous_version: rejected.then(|| "20261206.0900".into()),
+            run_id: None,
+            checks: if rejected {
+                vec![GateCheck {
+                    name: "training img/s".into(),
+                    expected: "≥ 0.95 × 5,220".into(),
+                    found: "4,410".into(),
+                    result: "fail".into(),
+                    ratio: Some(0.84),
+                    previous_value: Some(5220.0),
+                }]
+            } else {
+                Vec::new()
+            },
+            figures: Vec::new(),
+            reason: reason.into(),
+        };
+    for a in [
+        assessment("20261206.0900", "2026-12-06T09:10:00Z", "boot-1", false, "20261206.0900 passed"),
+        assessment(
+            "20261207.0900",
+            "2026-12-07T09:12:31Z",
+            "boot-2",
+            true,
+            &format!(
+                "20261207.0900 rejected: training img/s 4,410 vs 5,220 on 20261206.0900, 0.84 < 0.95 {HOSTILE}"
+            ),
+        ),
+        assessment("20261206.0900", "2026-12-07T09:20:00Z", "boot-3", false, "20261206.0900 passed"),
+    ] {
+        tinyperf::update::boot_check::record(state_dir, &a).unwrap();
+    }
+    let mut update = tinyperf::update::progress::UpdateProgress::idle();
+    update.state = "downloading".into();
+    update.version = "20261208.0900".into();
+    update.done_bytes = 3 << 29;
+    update.total_bytes = 3 << 30;
+    update.boot_id = "boot-3".into();
+    update.pid = 4242;
+    tinyperf::update::progress::write(state_dir, &update).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_rollback_the_status_page_names_the_rejected_version_and_why() {
+    let root = tempfile::tempdir().unwrap();
+    let image_root = root.path().to_path_buf();
+    let server = serve_core(
+        Config {
+            image_root: image_root.clone(),
+            ..Config::default()
+        },
+        Serving::default(),
+        |state| rolled_back_image(&image_root, state),
+    )
+    .await;
+    let html = get(server.addr, "/").await.text();
+    assert!(
+        html.contains("<span id=\"os\">OS 20261206.0900 · slot A · verified</span>"),
+        "{html}"
+    );
+    let banner = html
+        .split("<p id=\"os-rejection\" class=\"banner fail\" role=\"alert\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .unwrap_or_else(|| panic!("no rejection banner in\n{html}"));
+    assert_eq!(
+        banner,
+        "20261207.0900 rejected 2026-12-07 09:12 UTC: training img/s 4,410 vs 5,220 on \
+         20261206.0900, 0.84 &#60; 0.95 &#60;script&#62;alert(&#34;owned&#34;)&#60;/script&#62;&#39; \
+         — the box went back to 20261206.0900"
+    );
+    assert!(!html.contains("alert(\"owned\")"));
+    assert!(
+        html.contains("<div id=\"os-update\" data-state=\"downloading\">"),
+        "{html}"
+    );
+    assert!(html.contains("Downloading OS 20261208.0900: 1.5 GiB of 3 GiB (50 %)."));
+    assert!(html.contains(
+        "<progress id=\"os-update-bar\" max=\"3221225472\" value=\"1610612736\"></progress>"
+    ));
+    // Blessed: no trial to tell of.
+    assert!(!html.contains("id=\"os-trial\""));
+
+    // The same state, as /metrics says it.
+    let metrics = get(server.addr, "/metrics").await.text();
+    for line in [
+        "tinyperf_image_info{version=\"20261206.0900\",slot=\"a\"} 1",
+        "tinyperf_image_boot_assessments_total{result=\"pass\"} 2",
+        "tinyperf_image_boot_assessments_total{result=\"fail\"} 0",
+        "tinyperf_image_boot_assessments_total{result=\"rejected\"} 1",
+        "tinyperf_image_rollbacks_total 1",
+        "tinyperf_image_last_rejection_timestamp_seconds{version=\"20261207.0900\"} 1796634751",
+        "tinyperf_image_update_state{state=\"downloading\"} 1",
+        "tinyperf_image_update_state{state=\"idle\"} 0",
+        "tinyperf_image_update_downloaded_bytes 1610612736",
+        "tinyperf_image_update_size_bytes 3221225472",
+        "tinyperf_image_on_trial 0",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?} in\n{metrics}"
+        );
+    }
+}
+
 /// Latencies of `count` GETs of `path` by `clients` clients at once, sorted.
 async fn latencies(addr: SocketAddr, path: &str, clients: usize, count: usize) -> Vec<Duration> {
     let mut tasks = Vec::new();

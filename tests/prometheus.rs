@@ -140,13 +140,57 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> (u16, Value) {
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
+/// An OS image below `root` that went back from a rejected version: its boot checks'
+/// history in `state_dir`.
+fn seed_rolled_back_image(root: &Path, state_dir: &Path) {
+    use tinyperf::update::fixture::{self, ImageLayout, SlotContent};
+    fixture::image(
+        root,
+        ImageLayout {
+            a: SlotContent::Version("20261206.0900"),
+            b: SlotContent::Version("20261207.0900"),
+            booted: 'a',
+            verity: true,
+        },
+    );
+    for (version, rejected) in [("20261206.0900", false), ("20261207.0900", true)] {
+        let assessment = tinyperf::update::gate::Assessment {
+            version: version.into(),
+            at: Utc::now(),
+            boot_id: format!("boot-{version}"),
+            result: if rejected { "fail" } else { "pass" }.into(),
+            on_trial: rejected,
+            rejected,
+            previous_version: None,
+            run_id: None,
+            checks: Vec::new(),
+            figures: Vec::new(),
+            reason: format!(
+                "{version} {}",
+                if rejected {
+                    "rejected: training img/s"
+                } else {
+                    "passed"
+                }
+            ),
+        };
+        tinyperf::update::boot_check::record(state_dir, &assessment).unwrap();
+    }
+}
+
 /// A real agent over the tinybox red fixture tree (six amdgpu hwmon GPUs) with stored
-/// results: its `/metrics` idle, and while an external benchmark that sleeps is running
-/// (so the live GPU gauges are there).
+/// results, on an OS image that went back from a rejected version: its `/metrics`
+/// idle, and while an external benchmark that sleeps is running (so the live GPU gauges
+/// are there).
 fn agent_metrics_idle_and_running() -> (String, String) {
     let bus = Bus::start();
-    let dirs = AgentDirs::new("[benchmarks.sleep]\ncommand = [\"sleep\", \"60\"]\n");
+    let image = tempfile::tempdir().unwrap();
+    let dirs = AgentDirs::new(&format!(
+        "image_root = \"{}\"\n[benchmarks.sleep]\ncommand = [\"sleep\", \"60\"]\n",
+        image.path().display()
+    ));
     seed_results(&dirs.state_dir(), "20260101-000000-aaaaaa", 6300.0);
+    seed_rolled_back_image(image.path(), &dirs.state_dir());
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tinybox-red");
     let agent = Agent::start_with_args(&bus, &dirs, &["--root", root.to_str().unwrap()]);
     let idle = metrics_text(agent.http);
@@ -197,6 +241,12 @@ fn promtool_finds_nothing_to_lint_in_a_real_agents_metrics() {
         "tinyperf_gpu_check_outcome",
         "tinyperf_box_info",
         "process_cpu_seconds_total",
+        "tinyperf_image_info",
+        "tinyperf_image_boot_assessments_total",
+        "tinyperf_image_rollbacks_total",
+        "tinyperf_image_last_rejection_timestamp_seconds",
+        "tinyperf_image_update_available",
+        "tinyperf_image_update_state",
     ] {
         assert!(
             sample_names(&idle).contains(family),
