@@ -187,6 +187,46 @@ lint_factory_reset_units() {
     fi
 }
 
+# --- update and boot-check units ---------------------------------------------------------
+# The path unit that watches for the agent's update request and the root service it
+# starts, and the boot check with its failure handler: systemd-analyze verify, with
+# nothing to say; the check must be required by boot-complete.target and ordered before
+# it, and hand a failure to the handler.
+lint_update_units() {
+    local units="tinyperf-update.path tinyperf-update.service tinyperf-boot-check.service tinyperf-boot-rejected.service"
+    local root=$work/update-root unit missing="" present=0
+    for unit in $units; do
+        if [ -f "$source_root/systemd/$unit" ]; then present=$((present + 1)); else missing+=" $unit"; fi
+    done
+    if [ "$present" = 0 ]; then
+        skip "systemd/tinyperf-update.{path,service} and tinyperf-boot-*.service are not in this tree"
+        return
+    fi
+    if [ -n "$missing" ]; then
+        fail "systemd/: the update and boot-check units come together; missing$missing"
+        return
+    fi
+    mkdir -p "$root/usr/bin" "$root/usr/lib/systemd"
+    cp -r "$stock_units" "$root/usr/lib/systemd/system"
+    ln "$binary" "$root/usr/bin/tinyperf" 2>/dev/null || cp "$binary" "$root/usr/bin/tinyperf"
+    for unit in $units; do cp "$source_root/systemd/$unit" "$root/usr/lib/systemd/system/"; done
+    local out rc=0
+    # shellcheck disable=SC2086
+    out=$(systemd-analyze verify --root="$root" $units 2>&1) || rc=$?
+    local check=$source_root/systemd/tinyperf-boot-check.service
+    if [ "$rc" -ne 0 ] || [ -n "$out" ]; then
+        fail "systemd/tinyperf-update.* and tinyperf-boot-*.service: systemd-analyze verify (rc=$rc)" "$out"
+    elif ! grep -qx 'Unit=tinyperf-update.service' "$source_root/systemd/tinyperf-update.path" ||
+        ! grep -qx 'ExecStart=/usr/bin/tinyperf image update --requested' "$source_root/systemd/tinyperf-update.service"; then
+        fail "systemd/tinyperf-update.path does not start the service that applies the request"
+    elif ! grep -qx 'RequiredBy=boot-complete.target' "$check" || ! grep -qx 'Before=boot-complete.target' "$check" ||
+        ! grep -qx 'OnFailure=tinyperf-boot-rejected.service' "$check"; then
+        fail "systemd/tinyperf-boot-check.service must be RequiredBy= and Before=boot-complete.target, OnFailure=tinyperf-boot-rejected.service"
+    else
+        pass "systemd/tinyperf-update.{path,service}, tinyperf-boot-check.service, tinyperf-boot-rejected.service"
+    fi
+}
+
 # --- sysusers ---------------------------------------------------------------------------
 # Installed as /usr/lib/sysusers.d/tinyperf.conf; applied to an empty root, it must
 # create user and group tinyperf (the agent's) and say nothing about its own lines.
@@ -424,6 +464,7 @@ lint_udev_rules() {
 echo "lint-system-files: $source_root (binary $binary)"
 lint_unit
 lint_factory_reset_units
+lint_update_units
 lint_sysusers
 lint_tmpfiles
 lint_dbus

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use chrono::{Duration, Utc};
+use common::signing::{add_version, write_sums, SigningKey, UUID_R};
 use common::tinyperf_exe;
 use serde_json::{json, Value};
 use tinyperf::record::{Metric, RunRecord, RunState, StageResult, Trigger, Verdict};
@@ -21,8 +22,6 @@ use tinyperf::update::gate::Assessment;
 const RUNNING: &str = "20261205.1130";
 const NEWER: &str = "20261206.0900";
 const NEWEST: &str = "20261207.0900";
-const UUID_R: &str = "0b6a2b1f-9e0d-4c7b-8a6f-3e2d1c0b9a8f";
-const UUID_V: &str = "7e6d5c4b-3a2f-1e0d-9c8b-7a6f5e4d3c2b";
 
 fn text(out: &Output) -> String {
     format!(
@@ -34,97 +33,6 @@ fn text(out: &Output) -> String {
 
 fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
-}
-
-/// A throwaway signing key in a gpg home of its own.
-struct SigningKey {
-    home: tempfile::TempDir,
-}
-
-impl SigningKey {
-    fn new() -> SigningKey {
-        let home = tempfile::Builder::new()
-            .prefix("gpg")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let key = SigningKey { home };
-        key.gpg(&[
-            "--quick-generate-key",
-            "tinybox updates test key <updates@tinybox.invalid>",
-            "ed25519",
-            "sign",
-            "never",
-        ]);
-        key
-    }
-
-    fn gpg(&self, args: &[&str]) -> Vec<u8> {
-        let out = Command::new("gpg")
-            .arg("--homedir")
-            .arg(self.home.path())
-            .args(["--batch", "--pinentry-mode", "loopback", "--passphrase", ""])
-            .args(args)
-            .output()
-            .expect("gpg runs");
-        assert!(out.status.success(), "gpg {args:?}: {}", text(&out));
-        out.stdout
-    }
-
-    /// The public key, as the image carries it (`import-pubring.gpg`).
-    fn export_to(&self, path: &Path) {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, self.gpg(&["--export"])).unwrap();
-    }
-
-    /// Signs `folder/SHA256SUMS` into `SHA256SUMS.gpg`.
-    fn sign(&self, folder: &Path) {
-        let sums = folder.join("SHA256SUMS");
-        let sig = folder.join("SHA256SUMS.gpg");
-        let _ = std::fs::remove_file(&sig);
-        self.gpg(&[
-            "--detach-sign",
-            "--output",
-            sig.to_str().unwrap(),
-            sums.to_str().unwrap(),
-        ]);
-    }
-}
-
-impl Drop for SigningKey {
-    fn drop(&mut self) {
-        let _ = Command::new("gpgconf")
-            .arg("--homedir")
-            .arg(self.home.path())
-            .args(["--kill", "all"])
-            .output();
-    }
-}
-
-/// Writes a version's three update files into `folder` (small stand-in contents) and
-/// lists every file of the folder in SHA256SUMS.
-fn add_version(folder: &Path, version: &str) {
-    std::fs::create_dir_all(folder).unwrap();
-    for (name, body) in [
-        (format!("tinybox_{version}_{UUID_R}.root.raw.xz"), "root"),
-        (
-            format!("tinybox_{version}_{UUID_V}.root-verity.raw.xz"),
-            "hashes",
-        ),
-        (format!("tinybox_{version}.efi"), "uki"),
-    ] {
-        std::fs::write(folder.join(name), format!("{body} of {version}\n")).unwrap();
-    }
-    write_sums(folder);
-}
-
-fn write_sums(folder: &Path) {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg("ls | grep -v '^SHA256SUMS' | xargs sha256sum > SHA256SUMS")
-        .current_dir(folder)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
 }
 
 /// An image tree running RUNNING from slot A with B empty, its keyring from `key`,

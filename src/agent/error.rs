@@ -33,10 +33,40 @@ pub enum AgentError {
     /// does not apply; the message says why.
     #[error("{0}")]
     NotAnImage(String),
+    /// An OS update is being checked or written, so a run cannot start (or another update
+    /// with it); the message says which.
+    #[error("{0}")]
+    Updating(String),
+    /// The update source cannot be used: unreachable, unsigned, wrongly signed, or it does
+    /// not offer the version asked for; the message says which.
+    #[error("{0}")]
+    UpdateSource(String),
     /// Something on the agent's side failed (the store, the worker, the inventory); not the
     /// caller's fault.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl From<crate::update::UpdateError> for AgentError {
+    fn from(e: crate::update::UpdateError) -> Self {
+        use crate::update::UpdateError as U;
+        let text = e.to_string();
+        match e {
+            U::NoSource(_) | U::BadSource(_) | U::UpToDate(_) | U::Rejected { .. } => {
+                AgentError::InvalidArgs(text)
+            }
+            U::Fetch { .. }
+            | U::Unsigned(_)
+            | U::BadSignature { .. }
+            | U::BadList { .. }
+            | U::Checksum { .. }
+            | U::NotOffered { .. } => AgentError::UpdateSource(text),
+            U::NoKeyring(_) | U::NotAnImage(_) => AgentError::NotAnImage(text),
+            U::NoSpace(_) => AgentError::NoSpace(text),
+            U::Busy(_) => AgentError::Updating(text),
+            U::Sysupdate(_) | U::Io { .. } => AgentError::Internal(text),
+        }
+    }
 }
 
 impl From<ReadError> for AgentError {
@@ -56,7 +86,7 @@ impl From<ReadError> for AgentError {
 
 impl AgentError {
     /// A stable machine-readable code: `busy`, `not_found`, `invalid_args`,
-    /// `too_large`, `no_space`, `refused`, `not_an_image`, `internal`.
+    /// `too_large`, `no_space`, `refused`, `not_an_image`, `update_source`, `internal`.
     pub fn code(&self) -> &'static str {
         match self {
             AgentError::Busy(_) => "busy",
@@ -66,6 +96,8 @@ impl AgentError {
             AgentError::NoSpace(_) => "no_space",
             AgentError::Refused(_) => "refused",
             AgentError::NotAnImage(_) => "not_an_image",
+            AgentError::Updating(_) => "busy",
+            AgentError::UpdateSource(_) => "update_source",
             AgentError::Internal(_) => "internal",
         }
     }

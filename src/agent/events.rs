@@ -73,6 +73,22 @@ pub enum AgentEvent {
         /// The training figure (loss, throughput, accuracy) as the worker reported it.
         point: TrainPoint,
     },
+    /// An OS update moved on (published as the D-Bus `UpdateState` and
+    /// `PendingVersion` properties and the `UpdateProgress` signal).
+    UpdateChanged {
+        /// `idle`, `checking`, `downloading`, `written` or `rejected`.
+        state: String,
+        /// The version being written, written or refused.
+        version: String,
+        /// A version written and not yet started.
+        pending_version: String,
+        /// Bytes written so far.
+        done_bytes: u64,
+        /// Bytes of the whole update, when known.
+        total_bytes: u64,
+        /// What happened, in words.
+        message: String,
+    },
     /// A telemetry sample of every GPU during the run in progress.
     Telemetry {
         /// The run the sample was taken during.
@@ -96,6 +112,7 @@ impl AgentEvent {
             AgentEvent::HardwareChanged { .. } => "hardware_changed",
             AgentEvent::Train { .. } => "train",
             AgentEvent::Telemetry { .. } => "telemetry",
+            AgentEvent::UpdateChanged { .. } => "update",
         }
     }
 }

@@ -268,6 +268,43 @@ impl AgentHandle {
         answer.await.map_err(|_| supervisor_gone())?
     }
 
+    /// Where the OS image is read and requests go.
+    pub fn image_source(&self) -> super::image::ImageSource {
+        self.shared.image.clone()
+    }
+
+    /// What the update source offers (`CheckUpdate`), fetched and verified off the
+    /// async threads.
+    pub async fn check_update(&self) -> Result<crate::update::install::CheckReport, AgentError> {
+        let source = self.shared.image.clone();
+        blocking(move || source.check_update()).await?
+    }
+
+    /// Asks for an OS update (`Update`, `POST /api/v1/image/update`): writes the request
+    /// a root service acts on. `Busy` while a run is going, `Updating` while another
+    /// update is, `InvalidArgs` without a source.
+    pub async fn request_update(
+        &self,
+        version: &str,
+        reboot: bool,
+        requested_by: &str,
+    ) -> Result<crate::update::progress::UpdateRequest, AgentError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Update {
+            version: version.to_string(),
+            reboot,
+            requested_by: requested_by.to_string(),
+            reply,
+        })
+        .await?;
+        answer.await.map_err(|_| supervisor_gone())?
+    }
+
+    /// Sends `event` to every subscriber (none listening is fine).
+    pub fn publish(&self, event: super::events::AgentEvent) {
+        let _ = self.shared.events.send(event);
+    }
+
     /// Every event from now on. A slow reader that falls behind gets `Lagged` and
     /// should re-read the status.
     pub fn subscribe(&self) -> broadcast::Receiver<AgentEvent> {

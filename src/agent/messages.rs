@@ -47,6 +47,17 @@ pub enum Command {
         /// Gets the request written, or why it was not.
         reply: oneshot::Sender<Result<crate::update::ResetRequest, AgentError>>,
     },
+    /// Write the OS update request, unless a run is going.
+    Update {
+        /// The version; empty for the newest.
+        version: String,
+        /// Reboot into it once written.
+        reboot: bool,
+        /// Who asked, in words.
+        requested_by: String,
+        /// Gets the request written, or why it was not.
+        reply: oneshot::Sender<Result<crate::update::progress::UpdateRequest, AgentError>>,
+    },
     /// Something the worker of the run in progress said or did.
     Worker(WorkerMessage),
 }

@@ -19,6 +19,7 @@ pub mod session;
 pub mod state;
 pub mod status;
 pub mod supervisor;
+pub mod update_watch;
 pub mod watchdog;
 pub mod worker;
 
@@ -58,6 +59,12 @@ pub struct AgentOptions {
 /// handle.
 pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
     let config = &options.config;
+    for key in &config.unknown_keys {
+        warn!(
+            key = %key,
+            "unknown key in the configuration, ignored (a setting of another tinyperf version?)"
+        );
+    }
     let store_options = StoreOptions {
         retention: config.retention,
         ..StoreOptions::default()
@@ -124,6 +131,7 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         image: image::ImageSource {
             root: config.image_root.clone(),
             state_dir: config.state_dir.clone(),
+            update_url: config.update_url.clone(),
         },
     });
     let supervisor_config = SupervisorConfig {
@@ -139,7 +147,15 @@ pub fn start_core(options: &AgentOptions) -> anyhow::Result<AgentHandle> {
         cgroups,
     };
     tokio::spawn(Supervisor::new(shared.clone(), supervisor_config, commands).run(inbox));
-    Ok(AgentHandle { shared })
+    let handle = AgentHandle { shared };
+    tokio::spawn(update_watch::run(
+        handle.clone(),
+        update_watch::Schedule {
+            every: config.update_check,
+            reboot: config.update_reboot,
+        },
+    ));
+    Ok(handle)
 }
 
 /// The agent's own cgroup, where it can make a group per run, after the groups of this

@@ -148,6 +148,14 @@ impl Supervisor {
                 } => {
                     let _ = reply.send(self.request_factory_reset(requested_by).await);
                 }
+                Command::Update {
+                    version,
+                    reboot,
+                    requested_by,
+                    reply,
+                } => {
+                    let _ = reply.send(self.request_update(version, reboot, requested_by).await);
+                }
                 Command::Worker(WorkerMessage::Event { run_id, event }) => {
                     if let Some(watch) = self.watch.as_mut() {
                         watch.heard(&event, Instant::now());
@@ -252,6 +260,29 @@ impl Supervisor {
         blocking(move || image.request_reset(&requested_by)).await?
     }
 
+    /// Writes the update request unless a run is going (or waiting to start), between
+    /// two commands as a factory reset's.
+    async fn request_update(
+        &mut self,
+        version: String,
+        reboot: bool,
+        requested_by: String,
+    ) -> Result<crate::update::progress::UpdateRequest, AgentError> {
+        if let Some(current) = self.state.current_run() {
+            return Err(AgentError::Busy(format!(
+                "{current}; an OS update waits until the run ends"
+            )));
+        }
+        if let Some(waiting) = &self.waiting {
+            return Err(AgentError::Busy(format!(
+                "a {} run is about to start",
+                waiting.suite
+            )));
+        }
+        let image = self.shared.image.clone();
+        blocking(move || image.request_update(&version, reboot, &requested_by)).await?
+    }
+
     async fn start(
         &mut self,
         suite: String,
@@ -321,6 +352,10 @@ impl Supervisor {
             .map_err(|e| AgentError::InvalidArgs(e.to_string()))?;
         if let Some(current) = self.state.current_run() {
             return Err(AgentError::Busy(current.to_string()));
+        }
+        let image = self.shared.image.clone();
+        if let Some(why) = blocking(move || image.update_busy()).await? {
+            return Err(AgentError::Updating(why));
         }
         let run_id = crate::record::store::new_run_id();
         let next = self

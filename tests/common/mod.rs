@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 pub mod curl;
 pub mod in_process;
 pub mod runs;
+pub mod signing;
 pub mod small_resnet;
 
 pub const TOKEN: &str = "test-token-0123456789abcdef-0123456789abcdef";

@@ -28,6 +28,9 @@ pub enum Agent1Error {
     AccessDenied(String),
     /// The machine is not a tinybox OS image (a factory reset was asked for).
     NotAnImage(String),
+    /// The update source cannot be used: unreachable, unsigned, wrongly signed, or it
+    /// does not offer the version asked for.
+    UpdateSource(String),
     /// Something broke inside the agent.
     Internal(String),
 }
@@ -45,6 +48,8 @@ impl From<AgentError> for Agent1Error {
             AgentError::NoSpace(_) => Agent1Error::NoSpace(description),
             AgentError::Refused(_) => Agent1Error::Refused(description),
             AgentError::NotAnImage(_) => Agent1Error::NotAnImage(description),
+            AgentError::Updating(_) => Agent1Error::Busy(description),
+            AgentError::UpdateSource(_) => Agent1Error::UpdateSource(description),
             AgentError::Internal(_) => Agent1Error::Internal(description),
         }
     }

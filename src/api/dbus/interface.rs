@@ -29,6 +29,8 @@ pub const PROPERTIES: &[&str] = &[
     "Version",
     "ImageVersion",
     "ImageSlots",
+    "UpdateState",
+    "PendingVersion",
 ];
 
 /// The agent as exported on the bus.
@@ -118,6 +120,48 @@ impl AgentInterface {
         Ok(())
     }
 
+    /// Asks the update source (`update_url`) what it offers, verifies its signed list,
+    /// and returns as JSON: the source, the running version, each version offered whole
+    /// (`newer`, `current`, `older`, or `rejected` by this box's boot check, with the
+    /// reason), incomplete ones, and `newest`, what `Update("")` would write (null when up
+    /// to date). `UpdateSource` when the source cannot be used.
+    async fn check_update(&self) -> Result<String, Agent1Error> {
+        to_json(&self.handle.check_update().await?)
+    }
+
+    /// Asks for an OS update to `version` ("" for the newest newer one): the agent writes
+    /// its request and a root service (tinyperf-update.service) verifies and writes the
+    /// other slot; `UpdateState`, `PendingVersion` and the `UpdateProgress` signal follow
+    /// it. The box does not reboot by itself: the new version starts at the next boot.
+    /// Root and group tinyperf, by the bus policy. `Busy` while a run or another update
+    /// is going, `InvalidArgs` without an update source.
+    async fn update(
+        &self,
+        version: String,
+        #[zbus(header)] header: zbus::message::Header<'_>,
+        #[zbus(connection)] connection: &zbus::Connection,
+    ) -> Result<(), Agent1Error> {
+        let uid = caller_uid(connection, &header).await?;
+        self.handle
+            .request_update(&version, false, &format!("dbus uid {uid}"))
+            .await?;
+        Ok(())
+    }
+
+    /// Where the OS update stands: `idle`, `checking`, `downloading`, `written` (waiting
+    /// for a reboot) or `rejected` (refused; `ImageSlots` says why).
+    #[zbus(property)]
+    async fn update_state(&self) -> String {
+        self.handle.image_source().update_progress().state
+    }
+
+    /// A version written into the other slot that starts at the next boot; empty when
+    /// none.
+    #[zbus(property)]
+    async fn pending_version(&self) -> String {
+        self.handle.image_source().update_progress().pending_version
+    }
+
     /// `idle` or `running`.
     #[zbus(property)]
     async fn state(&self) -> String {
@@ -192,6 +236,17 @@ impl AgentInterface {
     async fn image_slots(&self) -> String {
         serde_json::to_string(&self.handle.image().await).unwrap_or_else(|_| "{}".to_string())
     }
+
+    /// An OS update moved on: its state (as `UpdateState`), the version, and bytes
+    /// written of the whole (0 when not known).
+    #[zbus(signal)]
+    pub async fn update_progress(
+        emitter: &SignalEmitter<'_>,
+        state: &str,
+        version: &str,
+        done_bytes: u64,
+        total_bytes: u64,
+    ) -> zbus::Result<()>;
 
     /// A run started.
     #[zbus(signal)]

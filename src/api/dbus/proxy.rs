@@ -38,6 +38,12 @@ pub trait Agent1 {
     /// Asks for a factory reset (root only).
     fn factory_reset(&self) -> Result<(), Agent1Error>;
 
+    /// What the update source offers, as JSON.
+    fn check_update(&self) -> Result<String, Agent1Error>;
+
+    /// Asks for an OS update ("" for the newest).
+    fn update(&self, version: &str) -> Result<(), Agent1Error>;
+
     /// `idle` or `running`.
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
@@ -72,7 +78,22 @@ pub trait Agent1 {
     /// The OS image's status as JSON.
     #[zbus(property)]
     fn image_slots(&self) -> zbus::Result<String>;
+    /// Where the OS update stands.
+    #[zbus(property)]
+    fn update_state(&self) -> zbus::Result<String>;
+    /// A version written and not yet started.
+    #[zbus(property)]
+    fn pending_version(&self) -> zbus::Result<String>;
 
+    /// An OS update moved on: its state, version, bytes written and bytes in all.
+    #[zbus(signal)]
+    fn update_progress(
+        &self,
+        state: String,
+        version: String,
+        done_bytes: u64,
+        total_bytes: u64,
+    ) -> zbus::Result<()>;
     /// A run started.
     #[zbus(signal)]
     fn run_started(&self, run_id: String, suite: String) -> zbus::Result<()>;

@@ -85,6 +85,25 @@ async fn emit(
         AgentEvent::HardwareChanged { .. } => {
             announce(iface, &[Property::Hardware, Property::Sku]).await
         }
+        AgentEvent::UpdateChanged {
+            state,
+            version,
+            done_bytes,
+            total_bytes,
+            ..
+        } => {
+            announce(
+                iface,
+                &[
+                    Property::UpdateState,
+                    Property::PendingVersion,
+                    Property::ImageSlots,
+                ],
+            )
+            .await?;
+            AgentInterface::update_progress(emitter, state, version, *done_bytes, *total_bytes)
+                .await
+        }
         // Live figures change no property; D-Bus callers read them with the run.
         AgentEvent::Train { .. } | AgentEvent::Telemetry { .. } => Ok(()),
     }
@@ -101,6 +120,9 @@ enum Property {
     LastRun,
     Hardware,
     Sku,
+    UpdateState,
+    PendingVersion,
+    ImageSlots,
 }
 
 impl Property {
@@ -113,6 +135,9 @@ impl Property {
         Property::LastRun,
         Property::Hardware,
         Property::Sku,
+        Property::UpdateState,
+        Property::PendingVersion,
+        Property::ImageSlots,
     ];
 }
 
@@ -133,6 +158,9 @@ async fn announce(
             Property::LastRun => object.last_run_changed(emitter).await?,
             Property::Hardware => object.hardware_changed(emitter).await?,
             Property::Sku => object.sku_changed(emitter).await?,
+            Property::UpdateState => object.update_state_changed(emitter).await?,
+            Property::PendingVersion => object.pending_version_changed(emitter).await?,
+            Property::ImageSlots => object.image_slots_changed(emitter).await?,
         }
     }
     Ok(())

@@ -70,6 +70,18 @@ struct FactoryResetRequest {
     confirm: Option<String>,
 }
 
+/// `POST /api/v1/image/update`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateRequestBody {
+    /// The version; the newest newer one when absent or empty.
+    #[serde(default)]
+    version: Option<String>,
+    /// Reboot into it once written.
+    #[serde(default)]
+    reboot: bool,
+}
+
 #[derive(Serialize)]
 struct RunsPage {
     runs: Vec<RunBrief>,
@@ -123,6 +135,7 @@ impl App {
             )),
             Endpoint::Image => Ok(response::json(StatusCode::OK, &self.handle.image().await)),
             Endpoint::ImageFactoryReset => self.factory_reset(request).await,
+            Endpoint::ImageUpdate => self.image_update(request).await,
             Endpoint::Live => Ok(self
                 .handle
                 .with_live(|live| response::json(StatusCode::OK, live))),
@@ -201,6 +214,36 @@ impl App {
             &json!({
                 "factory_reset": "requested",
                 "message": "the box reboots and erases its state partition",
+            }),
+        ))
+    }
+
+    /// `POST /api/v1/image/update`: the agent writes its request and a root service
+    /// writes the other slot; `GET /api/v1/image` and the `update` events follow it.
+    async fn image_update(&self, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+        let peer = peer_of(&request);
+        self.tokens.check(request.headers(), peer)?;
+        let bytes = read_json_bytes(request, self.limits.max_body_bytes).await?;
+        let body = if bytes.iter().all(u8::is_ascii_whitespace) {
+            UpdateRequestBody {
+                version: None,
+                reboot: false,
+            }
+        } else {
+            parse_json::<UpdateRequestBody>(&bytes)?
+        };
+        let version = body.version.unwrap_or_default();
+        let asked = self
+            .handle
+            .request_update(&version, body.reboot, &format!("http {peer}"))
+            .await?;
+        Ok(response::json(
+            StatusCode::ACCEPTED,
+            &json!({
+                "update": "requested",
+                "version": asked.version,
+                "reboot": asked.reboot,
+                "message": "the update is verified and written into the other slot; follow it at GET /api/v1/image",
             }),
         ))
     }

@@ -134,7 +134,8 @@ impl From<AgentError> for ApiError {
             AgentError::TooLarge(_) => StatusCode::INTERNAL_SERVER_ERROR,
             AgentError::NoSpace(_) => StatusCode::INSUFFICIENT_STORAGE,
             AgentError::Refused(_) => StatusCode::FORBIDDEN,
-            AgentError::NotAnImage(_) => StatusCode::CONFLICT,
+            AgentError::NotAnImage(_) | AgentError::Updating(_) => StatusCode::CONFLICT,
+            AgentError::UpdateSource(_) => StatusCode::BAD_GATEWAY,
             AgentError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         ApiError::new(status, e.code(), e.to_string())

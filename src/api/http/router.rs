@@ -21,6 +21,8 @@ pub enum Endpoint {
     Box,
     Image,
     ImageFactoryReset,
+    /// `POST /api/v1/image/update`.
+    ImageUpdate,
     Live,
     Runs,
     Run(String),
@@ -46,6 +48,7 @@ pub const ROUTES: &[(&str, &[Method])] = &[
     ("/api/v1/box", GET),
     ("/api/v1/image", GET),
     ("/api/v1/image/factory-reset", POST),
+    ("/api/v1/image/update", POST),
     ("/api/v1/live", GET),
     ("/api/v1/runs", GET_POST),
     ("/api/v1/runs/{id}", GET),
@@ -73,6 +76,7 @@ impl Endpoint {
             "/api/v1/box" => Endpoint::Box,
             "/api/v1/image" => Endpoint::Image,
             "/api/v1/image/factory-reset" => Endpoint::ImageFactoryReset,
+            "/api/v1/image/update" => Endpoint::ImageUpdate,
             "/api/v1/live" => Endpoint::Live,
             "/api/v1/runs" => Endpoint::Runs,
             "/api/v1/events" => Endpoint::Events,
@@ -124,7 +128,7 @@ impl Endpoint {
     pub fn methods(&self) -> &'static [Method] {
         match self {
             Endpoint::Runs => GET_POST,
-            Endpoint::RunCancel(_) | Endpoint::ImageFactoryReset => POST,
+            Endpoint::RunCancel(_) | Endpoint::ImageFactoryReset | Endpoint::ImageUpdate => POST,
             _ => GET,
         }
     }

@@ -40,6 +40,9 @@ pub fn explain(
         Agent1Error::NoSpace(description) => format!("the agent cannot start a run: {description}"),
         Agent1Error::Refused(description) => format!("the agent will not serve it: {description}"),
         Agent1Error::NotAnImage(description) => description.clone(),
+        Agent1Error::UpdateSource(description) => {
+            format!("the update source cannot be used: {description}")
+        }
         Agent1Error::AccessDenied(description) => format!("permission denied: {description}"),
         Agent1Error::Internal(description) => format!("the agent failed: {description}"),
         Agent1Error::ZBus(e) => explain_bus_error(e, bus),
