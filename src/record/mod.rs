@@ -8,6 +8,7 @@ pub mod energy;
 pub mod files;
 mod index;
 pub mod latest;
+pub mod newer_fields;
 mod run;
 pub mod store;
 pub mod writer;

@@ -395,10 +395,18 @@ impl Store {
     pub fn write(&self, record: &RunRecord) -> Result<(), StoreError> {
         let dir = self.run_dir(&record.id)?;
         let path = dir.join(RECORD_FILE);
-        let bytes = serde_json::to_vec_pretty(record).map_err(|e| StoreError::Write {
+        let encode = |e: serde_json::Error| StoreError::Write {
             path: path.clone(),
             source: io::Error::other(e),
-        })?;
+        };
+        let mut value = serde_json::to_value(record).map_err(encode)?;
+        if let Some(on_disk) = super::files::read_bounded(&path, self.options().max_record_bytes)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        {
+            super::newer_fields::carry_over(&on_disk, &mut value);
+        }
+        let bytes = serde_json::to_vec_pretty(&value).map_err(encode)?;
         self.modes
             .write_atomically(&path, &bytes)
             .map_err(|source| StoreError::Write { path, source })
@@ -708,6 +716,31 @@ mod tests {
         skipped.sort();
         assert_eq!(skipped, ["garbage", "trunc"]);
         assert!(matches!(store.load("trunc"), Err(ReadError::Unreadable(_))));
+    }
+
+    #[test]
+    fn a_record_a_newer_tinyperf_wrote_is_read_and_rewritten_with_its_unknown_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), 10).unwrap();
+        store.create(&record("newer")).unwrap();
+        let path = dir.path().join("runs/newer").join(RECORD_FILE);
+        let mut value: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        value["os_version"] = "7".into();
+        value["summary"]["energy_cost_usd"] = 1.5.into();
+        std::fs::write(&path, serde_json::to_vec(&value).unwrap()).unwrap();
+
+        let store = Store::open(dir.path(), 10).unwrap();
+        assert!(store.skipped().is_empty());
+        assert_eq!(
+            store.mark_interrupted(|_, _| "the box rebooted".into()),
+            ["newer"]
+        );
+        let after: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(after["state"], "interrupted");
+        assert_eq!(after["os_version"], "7");
+        assert_eq!(after["summary"]["energy_cost_usd"], 1.5);
     }
 
     #[test]
