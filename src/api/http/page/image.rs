@@ -20,7 +20,8 @@ pub(super) struct ImagePart {
 
 /// An OS update as the page shows it.
 pub(super) struct UpdateLine {
-    /// `checking`, `downloading`, `written` or `available`, for the page's script.
+    /// `checking`, `downloading`, `written`, `rejected` (the update was refused) or
+    /// `available`, for the page's script.
     pub state: String,
     /// The update in words.
     pub text: String,
@@ -83,6 +84,15 @@ pub(super) fn part(os: &OsImage) -> ImagePart {
                         bytes: sized,
                     })
                 }
+                "rejected" => Some(UpdateLine {
+                    state: "rejected".into(),
+                    text: if u.message.is_empty() {
+                        format!("The update to OS {version} was refused.")
+                    } else {
+                        format!("The update to OS {version} was refused: {}", u.message)
+                    },
+                    bytes: None,
+                }),
                 _ if !u.available.is_empty() => Some(UpdateLine {
                     state: "available".into(),
                     text: format!("OS {} is available.", u.available),
@@ -229,6 +239,16 @@ mod tests {
             .unwrap()
             .text
             .starts_with("OS 20261208.0900 is written to the other slot"));
+
+        update.state = "rejected".into();
+        update.message = "SHA256SUMS.gpg does not verify".into();
+        os.update = Some(update.clone());
+        let line = part(&os).update.unwrap();
+        assert_eq!(line.state, "rejected");
+        assert_eq!(
+            line.text,
+            "The update to OS 20261208.0900 was refused: SHA256SUMS.gpg does not verify"
+        );
 
         update.state = "idle".into();
         os.update = Some(update.clone());
