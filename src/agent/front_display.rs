@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::time::{timeout, Instant, MissedTickBehavior};
+use tokio::time::{timeout, Instant};
 
 use super::events::AgentEvent;
 use super::handle::AgentHandle;
@@ -28,9 +28,6 @@ use crate::update::OsImage;
 const SEND_BOUND: Duration = Duration::from_secs(1);
 /// The fewest seconds between two updates while a run goes (progress moves often).
 const MIN_UPDATE_INTERVAL: Duration = Duration::from_secs(2);
-/// How often the OS image is looked at again: an update's progress is written to
-/// the state folder by the root side, and no agent event tells of it.
-const IMAGE_POLL: Duration = Duration::from_secs(5);
 /// Characters per line: the display's mono font fits about this many.
 const MAX_LINE_CHARS: usize = 24;
 /// Figures a run's headline is taken from, in order of preference.
@@ -73,14 +70,17 @@ pub fn spawn(handle: AgentHandle, socket: PathBuf) -> tokio::task::JoinHandle<()
         let mut warned = false;
         // The last run is shown as soon as the agent starts.
         let mut first = true;
-        let mut image_poll = tokio::time::interval(IMAGE_POLL);
-        image_poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        // A change held back by the interval, to be shown once the interval is over even
+        // when no later event comes (the last bytes of a download before a pause).
+        let mut held_back = false;
         loop {
             let urgent = if std::mem::take(&mut first) {
                 true
             } else {
                 tokio::select! {
                     event = events.recv() => match event {
+                        // A download's bytes move as often as a run's progress.
+                        Ok(AgentEvent::UpdateChanged { state, .. }) => state != "downloading",
                         Ok(event) => !matches!(
                             event,
                             AgentEvent::Progress { .. }
@@ -90,10 +90,15 @@ pub fn spawn(handle: AgentHandle, socket: PathBuf) -> tokio::task::JoinHandle<()
                         Err(RecvError::Lagged(_)) => true,
                         Err(RecvError::Closed) => return,
                     },
-                    _ = image_poll.tick() => false,
+                    _ = tokio::time::sleep_until(last_sent + MIN_UPDATE_INTERVAL), if held_back => true,
                 }
             };
-            if (!urgent && last_sent.elapsed() < MIN_UPDATE_INTERVAL) || !socket.exists() {
+            if !urgent && last_sent.elapsed() < MIN_UPDATE_INTERVAL {
+                held_back = true;
+                continue;
+            }
+            held_back = false;
+            if !socket.exists() {
                 continue;
             }
             let image = handle.image().await;
