@@ -380,6 +380,12 @@ mod tests {
             html.contains("— the box went back to 20261206.0900</p>"),
             "{html}"
         );
+        let mut two = image.clone();
+        let older = two.os.as_ref().unwrap().rejections[0].clone();
+        two.os.as_mut().unwrap().rejections.push(older);
+        assert!(with(Some(&two)).contains(
+            "(1 earlier rejected version: <a href=\"/api/v1/image\">/api/v1/image</a> lists them)"
+        ));
         assert!(!html.contains("alert(\"x\")"));
         assert!(html.contains("<div id=\"os-update\" data-state=\"downloading\">"));
         assert!(html.contains("Downloading OS 20261208.0900: 1 GiB of 4 GiB (25 %)."));
