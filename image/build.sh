@@ -427,11 +427,11 @@ secureboot_sha256=$(openssl x509 -noout -fingerprint -sha256 -in "$sb/db.crt" | 
 # systemd-pull and tinyperf check updates against. Without it the build makes a
 # throwaway key once and keeps it in OUT/.update-signing/, so that later test
 # builds in the same output folder can update each other.
-gpg_home="$work/gnupg"
-mkdir -m 0700 "$gpg_home"
+# gpg's home is short: gpg-agent's socket path must fit in 108 bytes.
+gpg_home=$(mktemp -d /tmp/tinybox-gpg.XXXXXX)
 gpg_q() { gpg --homedir "$gpg_home" --batch --quiet --no-tty "$@"; }
 stop_gpg_agent() { gpgconf --homedir "$gpg_home" --kill gpg-agent >/dev/null 2>&1 || true; }
-trap 'stop_gpg_agent; cleanup' EXIT
+trap 'stop_gpg_agent; rm -rf "$gpg_home"; cleanup' EXIT
 signing_key=${UPDATE_SIGNING_KEY:-}
 signing_test=0
 if [ -z "$signing_key" ]; then
