@@ -114,7 +114,7 @@ fn a_corrupt_record_is_skipped_and_the_agent_serves() {
 fn bad_configuration_stops_the_agent_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     for (text, needle) in [
-        ("colour = \"red\"\n", "unknown field `colour`"),
+        ("retention = 0\n", "at least 1"),
         ("listen = \"nowhere\"\n", "not an ADDRESS:PORT"),
         ("boot_suite = \"fastest\"\n", "not a suite"),
     ] {
