@@ -111,12 +111,9 @@ impl ImageSource {
     pub fn update_progress(&self) -> UpdateProgress {
         let boot_id = crate::update::boot_check::boot_id(&self.root);
         let version = self.status().version().to_string();
-        let root = self.root.clone();
         progress::read(&self.state_dir)
             .unwrap_or_else(UpdateProgress::idle)
-            .settle(&boot_id, &version, |pid| {
-                root.join("proc").join(pid.to_string()).exists()
-            })
+            .settle(&boot_id, &version, Utc::now())
     }
 
     /// Why no run may start now because of an update, if so: one is being checked or

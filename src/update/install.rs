@@ -380,7 +380,8 @@ pub fn install(
         &places.definitions,
         &plan.target.version,
         |percent| {
-            if percent != last {
+            let renew = (Utc::now() - state.updated_at).num_seconds() >= progress::RENEW_EVERY_S;
+            if percent != last || renew {
                 last = percent;
                 state.done_bytes = state.total_bytes * u64::from(percent) / 100;
                 state.updated_at = Utc::now();

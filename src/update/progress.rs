@@ -15,6 +15,12 @@ pub const STATE_FILE: &str = "update-state.json";
 /// The request file the agent writes and `tinyperf-update.path` watches.
 pub const REQUEST_FILE: &str = "update.request";
 
+/// How long a `checking` or `downloading` state holds without being renewed: its
+/// writer renews it at least every [`RENEW_EVERY_S`] seconds.
+pub const STALE_AFTER_S: i64 = 60;
+/// How often the writer of an update in progress renews its state.
+pub const RENEW_EVERY_S: i64 = 5;
+
 /// The update states, as `UpdateState` on D-Bus says them.
 pub const STATES: [&str; 5] = ["idle", "checking", "downloading", "written", "rejected"];
 
@@ -48,7 +54,8 @@ pub struct UpdateProgress {
     /// boot was cut off.
     #[serde(default)]
     pub boot_id: String,
-    /// The process writing it; a `downloading` state whose process is gone was cut off.
+    /// The process writing it (for people: the agent's sandbox cannot see root's
+    /// processes, so liveness is told by `updated_at`, which the writer renews).
     #[serde(default)]
     pub pid: u32,
 }
@@ -75,22 +82,19 @@ impl UpdateProgress {
         matches!(self.state.as_str(), "checking" | "downloading")
     }
 
-    /// The state as this boot sees it: a `checking` or `downloading` state of another
-    /// boot, or of a process that is gone, was cut off and is `idle` with a message
-    /// saying so; a written version that now runs is no longer pending.
-    pub fn settle(
-        mut self,
-        boot_id: &str,
-        running_version: &str,
-        alive: impl Fn(u32) -> bool,
-    ) -> Self {
-        if self.busy() && (self.boot_id != boot_id || self.pid == 0 || !alive(self.pid)) {
+    /// The state as this boot sees it at `now`: a `checking` or `downloading` state of
+    /// another boot, or one not renewed for [`STALE_AFTER_S`] (its writer is gone), was
+    /// cut off and is `idle` with a message saying so; a written version that now runs
+    /// is no longer pending.
+    pub fn settle(mut self, boot_id: &str, running_version: &str, now: DateTime<Utc>) -> Self {
+        let stale = (now - self.updated_at).num_seconds() > STALE_AFTER_S;
+        if self.busy() && (self.boot_id != boot_id || stale) {
             self.message = format!(
                 "the update to {} was cut off at {} of {} bytes ({}); the other slot was left for the next update",
                 if self.version.is_empty() { "?" } else { &self.version },
                 self.done_bytes,
                 self.total_bytes,
-                if self.boot_id != boot_id { "the box restarted" } else { "its process ended" }
+                if self.boot_id != boot_id { "the box restarted" } else { "its writer stopped renewing it" }
             );
             self.state = "idle".into();
         }
@@ -185,7 +189,8 @@ mod tests {
         progress.pid = 42;
         progress.done_bytes = 10;
         progress.total_bytes = 100;
-        let settled = progress.clone().settle("new", "1", |_| true);
+        let now = progress.updated_at;
+        let settled = progress.clone().settle("new", "1", now);
         assert_eq!(settled.state, "idle");
         assert!(
             settled.message.contains("cut off at 10 of 100 bytes"),
@@ -195,13 +200,19 @@ mod tests {
         assert!(settled.message.contains("restarted"));
 
         progress.boot_id = "new".into();
+        let soon = now + chrono::Duration::seconds(STALE_AFTER_S - 1);
         assert_eq!(
-            progress.clone().settle("new", "1", |_| true).state,
+            progress.clone().settle("new", "1", soon).state,
             "downloading"
         );
-        let dead = progress.settle("new", "1", |_| false);
+        let late = now + chrono::Duration::seconds(STALE_AFTER_S + 1);
+        let dead = progress.settle("new", "1", late);
         assert_eq!(dead.state, "idle");
-        assert!(dead.message.contains("process ended"));
+        assert!(
+            dead.message.contains("stopped renewing"),
+            "{}",
+            dead.message
+        );
     }
 
     #[test]
@@ -210,12 +221,12 @@ mod tests {
         progress.state = "written".into();
         progress.pending_version = "2".into();
         progress.available = "2".into();
-        let still = progress.clone().settle("b", "1", |_| true);
+        let still = progress.clone().settle("b", "1", Utc::now());
         assert_eq!(
             (still.state.as_str(), still.pending_version.as_str()),
             ("written", "2")
         );
-        let runs = progress.settle("b", "2", |_| true);
+        let runs = progress.settle("b", "2", Utc::now());
         assert_eq!(runs.state, "idle");
         assert!(runs.pending_version.is_empty() && runs.available.is_empty());
     }

@@ -299,10 +299,9 @@ struct Updates {
 /// The update's progress and the boot check's history, from the state folder.
 fn updates(root: &Path, state_dir: &Path, version: &str, notes: &mut Vec<String>) -> Updates {
     let boot_id = boot_check::boot_id(root);
-    let alive = |pid: u32| root.join("proc").join(pid.to_string()).exists();
     let update = progress::read(state_dir)
         .unwrap_or_else(UpdateProgress::idle)
-        .settle(&boot_id, version, alive);
+        .settle(&boot_id, version, chrono::Utc::now());
     let (history, problem) = boot_check::read_history(state_dir);
     notes.extend(problem);
     let mut totals: BTreeMap<String, u64> = ["pass", "fail", "rejected"]

@@ -73,7 +73,8 @@ pub fn write_definitions(
 }
 
 /// Runs `sysupdate --definitions=DEFINITIONS update VERSION`, calling `progress` with
-/// each percentage it reports. Fails with the last lines it logged.
+/// the percentage it last reported, at each report and at least four times a second.
+/// Fails with the last lines it logged.
 pub fn update(
     sysupdate: &Path,
     definitions: &Path,
@@ -134,12 +135,16 @@ pub fn update(
     })
     .collect();
     let mut buffer = [0u8; 4096];
+    let mut percent = 0;
     let status = loop {
+        // Called on each notification and on each quiet read timeout alike, so the
+        // caller can renew its state while a large file downloads between percents.
         if let Ok(n) = socket.recv(&mut buffer) {
-            if let Some(percent) = parse_progress(&String::from_utf8_lossy(&buffer[..n])) {
-                progress(percent);
+            if let Some(p) = parse_progress(&String::from_utf8_lossy(&buffer[..n])) {
+                percent = p;
             }
         }
+        progress(percent);
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) => {}
