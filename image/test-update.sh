@@ -345,7 +345,7 @@ check_http_version() {
     else
         flunk "boot $1: GET /api/v1/image names version '${http_version:-no answer}' (want $2)"
     fi
-    record "boot_${1}_qemu_to_http_s" "${http_s:-none}"
+    record "boot_${1//-/_}_qemu_to_http_s" "${http_s:-none}"
 }
 check_result() {
     if guest "$1" | grep -qx 'result=pass'; then
