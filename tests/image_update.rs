@@ -66,7 +66,7 @@ impl Box_ {
         std::fs::write(
             &config,
             format!(
-                "state_dir = \"{}\"\nimage_root = \"{}\"\n",
+                "boot_suite = \"acceptance\"\nstate_dir = \"{}\"\nimage_root = \"{}\"\n",
                 state.path().display(),
                 root.path().display()
             ),
@@ -584,6 +584,23 @@ fn boot_check_with_no_boot_run_fails_at_its_deadline_and_its_handler_records_an_
         "{}",
         text(&out)
     );
+
+    // Without a boot suite there is nothing to wait for: it fails at once.
+    let config = std::fs::read_to_string(&b.config).unwrap();
+    std::fs::write(
+        &b.config,
+        config.replace("boot_suite = \"acceptance\"\n", ""),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = b.tinyperf(&["boot-check", "--timeout-s", "30"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("no boot suite is configured"),
+        "{}",
+        text(&out)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
 
     // A check killed before it recorded anything is a failure too.
     std::fs::remove_file(b.state.path().join("boot-assessments.json")).unwrap();

@@ -53,7 +53,14 @@ pub fn main(args: &BootCheckArgs) -> anyhow::Result<i32> {
         trial_words(&boot.trial),
         timeout.as_secs()
     );
-    let waited = boot_check::wait_for_boot_run(&state_dir, since, timeout, Duration::from_secs(2));
+    let waited = if config.boot_suite.is_none() {
+        Waited::Missing(format!(
+            "no boot suite is configured (boot_suite in {}), so this boot has no run to judge",
+            args.config.display()
+        ))
+    } else {
+        boot_check::wait_for_boot_run(&state_dir, since, timeout, Duration::from_secs(2))
+    };
     if let Waited::Finished(run) = &waited {
         println!(
             "boot run {} ({}) ended {}",
