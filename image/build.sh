@@ -101,7 +101,7 @@ if ! grep -qs '^VERSION_ID="12"' /etc/os-release || ! grep -qs '^ID=debian' /etc
 fi
 
 "$repo/image/host-deps.sh" build || die "cannot install the build tools (see above)"
-for tool in mmdebstrap sfdisk zstd bmaptool sha256sum curl python3 jq openssl unshare xz; do
+for tool in mmdebstrap sfdisk zstd bmaptool sha256sum curl python3 jq openssl unshare xz gpg gpgv gpgconf gpg-agent; do
     command -v "$tool" >/dev/null || die "missing tool '$tool' on the build host"
 done
 

@@ -10,10 +10,13 @@ build)
     # command -> Debian package
     tools="mmdebstrap:mmdebstrap mcopy:mtools mkfs.vfat:dosfstools sfdisk:fdisk
            mke2fs:e2fsprogs zstd:zstd bmaptool:bmap-tools sha256sum:coreutils curl:curl
-           python3:python3 xz:xz-utils jq:jq openssl:openssl unshare:util-linux"
+           python3:python3 xz:xz-utils jq:jq openssl:openssl unshare:util-linux
+           gpg:gpg gpgv:gpgv gpgconf:gpgconf gpg-agent:gpg-agent"
     ;;
 test)
-    tools="qemu-system-x86_64:qemu-system-x86 curl:curl jq:jq ss:iproute2 sfdisk:fdisk mcopy:mtools"
+    # nc, gpg, xz: the update test's relay to its server, and its own update folders.
+    tools="qemu-system-x86_64:qemu-system-x86 curl:curl jq:jq ss:iproute2 sfdisk:fdisk mcopy:mtools
+           nc:netcat-openbsd gpg:gpg gpgconf:gpgconf gpg-agent:gpg-agent xz:xz-utils python3:python3"
     ;;
 rootfs-test)
     # The red and green checks run the image's own programs; the host only
