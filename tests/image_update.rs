@@ -219,7 +219,11 @@ fn update_refuses_a_wrong_checksum_a_missing_uki_and_a_rejected_version_before_w
         "unix:path=/nonexistent",
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("no the UKI (.efi)"), "{}", text(&out));
+    assert!(
+        text(&out).contains("missing the UKI (.efi)"),
+        "{}",
+        text(&out)
+    );
     let out = b.tinyperf(&[
         "image",
         "update",

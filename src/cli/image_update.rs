@@ -183,7 +183,8 @@ pub fn update(args: &ImageUpdateArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Progress in bytes: a bar at a terminal, a line per tenth elsewhere (a journal).
+/// Progress in bytes: a bar on stderr at a terminal, a line per tenth on stdout
+/// elsewhere (a journal).
 struct ProgressLine {
     bar: Option<indicatif::ProgressBar>,
     last_tenth: u64,
@@ -212,7 +213,9 @@ impl ProgressLine {
         if let Some(tenth) = (state.done_bytes * 10).checked_div(state.total_bytes) {
             if tenth > self.last_tenth {
                 self.last_tenth = tenth;
-                eprintln!(
+                // Off a terminal (a journal, a script), on stdout: stderr keeps the
+                // reason alone when the update fails.
+                println!(
                     "{} of {} bytes ({}%)",
                     state.done_bytes,
                     state.total_bytes,

@@ -295,7 +295,7 @@ pub fn offered(listed: &[Listed]) -> (Vec<OfferedVersion>, Vec<(String, String)>
                 .filter(|(absent, _)| *absent)
                 .map(|(_, what)| *what)
                 .collect();
-                partial.push((version, format!("no {}", missing.join(", no "))));
+                partial.push((version, format!("missing {}", missing.join(" and "))));
             }
         }
     }
@@ -546,7 +546,7 @@ mod tests {
         assert_eq!(whole[0].uki, "tinybox_10.efi");
         assert_eq!(
             partial,
-            [("11".to_string(), "no the UKI (.efi)".to_string())]
+            [("11".to_string(), "missing the UKI (.efi)".to_string())]
         );
     }
 
