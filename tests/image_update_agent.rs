@@ -299,3 +299,47 @@ fn without_an_update_source_check_and_update_say_how_to_set_one() {
         .unwrap()
         .contains("update_url"));
 }
+
+#[test]
+fn a_scheduled_check_publishes_what_is_offered_and_requests_it_only_with_update_reboot() {
+    let key = SigningKey::new();
+    let root = image_tree(&key);
+    let updates = tempfile::tempdir().unwrap();
+    add_version(updates.path(), NEWER);
+    key.sign(updates.path());
+    let config = |reboot: bool| {
+        format!(
+            "image_root = \"{}\"\nupdate_url = \"{}\"\nupdate_check = \"1s\"\nupdate_reboot = {reboot}\n",
+            root.path().display(),
+            updates.path().display()
+        )
+    };
+
+    let on = AgentOnBus::start(&config(false));
+    wait_for(
+        Duration::from_secs(20),
+        "the scheduled check's finding",
+        || (on.agent.get_json("/api/v1/image")["update"]["available"] == NEWER).then_some(()),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !progress::request_path(&on.agent.state_dir).exists(),
+        "without update_reboot nothing is written"
+    );
+    drop(on);
+
+    let on = AgentOnBus::start(&config(true));
+    let request = progress::request_path(&on.agent.state_dir);
+    let written: Value = wait_for(
+        Duration::from_secs(20),
+        "the scheduled update's request",
+        || {
+            std::fs::read(&request)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+        },
+    );
+    assert_eq!(written["version"], NEWER);
+    assert_eq!(written["reboot"], true);
+    assert_eq!(written["requested_by"], "update_check schedule");
+}

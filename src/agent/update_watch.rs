@@ -14,8 +14,8 @@ use super::AgentError;
 
 /// How often the state file is looked at.
 const WATCH_PERIOD: Duration = Duration::from_secs(1);
-/// How long after the agent starts the first scheduled check waits: the boot suite
-/// and the boot check come first.
+/// How long after the agent starts the first scheduled check waits at most (a schedule
+/// shorter than this waits one period): the boot suite and the boot check come first.
 const FIRST_CHECK_AFTER: Duration = Duration::from_secs(15 * 60);
 /// How soon a scheduled update that found the agent busy tries again.
 const RETRY_AFTER: Duration = Duration::from_secs(10 * 60);
@@ -34,7 +34,9 @@ pub async fn run(handle: AgentHandle, schedule: Schedule) {
     let mut tick = interval(WATCH_PERIOD);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last = None;
-    let mut next_check = schedule.every.map(|_| Instant::now() + FIRST_CHECK_AFTER);
+    let mut next_check = schedule
+        .every
+        .map(|every| Instant::now() + every.min(FIRST_CHECK_AFTER));
     loop {
         tick.tick().await;
         let source = handle.image_source();
