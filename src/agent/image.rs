@@ -10,6 +10,7 @@ use chrono::Utc;
 
 use super::error::AgentError;
 use crate::update::install::{self, CheckReport, Places};
+use crate::update::os_release::OsRelease;
 use crate::update::progress::{self, UpdateProgress, UpdateRequest};
 use crate::update::reset::{self, ResetRequest};
 use crate::update::source::Source;
@@ -109,11 +110,14 @@ impl ImageSource {
 
     /// The update's state as this boot sees it.
     pub fn update_progress(&self) -> UpdateProgress {
-        let boot_id = crate::update::boot_check::boot_id(&self.root);
-        let version = self.status().version().to_string();
-        progress::read(&self.state_dir)
-            .unwrap_or_else(UpdateProgress::idle)
-            .settle(&boot_id, &version, Utc::now())
+        // os-release alone: the whole status (partitions, verity, assessments) is more
+        // than this, which runs every second and at every run's start.
+        let release = OsRelease::read(&self.root);
+        let version = release
+            .as_ref()
+            .and_then(|r| r.get("IMAGE_VERSION"))
+            .unwrap_or_default();
+        progress::as_seen(&self.root, &self.state_dir, version)
     }
 
     /// Why no run may start now because of an update, if so: one is being checked or

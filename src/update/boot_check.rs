@@ -48,7 +48,7 @@ pub fn read_history(state_dir: &Path) -> (Vec<Assessment>, Option<String>) {
 }
 
 /// Adds `assessment` to the history, replacing an earlier one of the same boot, and
-/// writes it whole (a temporary file renamed over the old one), readable by the agent.
+/// writes it whole, readable by the agent.
 pub fn record(state_dir: &Path, assessment: &Assessment) -> std::io::Result<()> {
     let (mut history, _) = read_history(state_dir);
     history.retain(|a| assessment.boot_id.is_empty() || a.boot_id != assessment.boot_id);
@@ -62,27 +62,14 @@ pub fn record(state_dir: &Path, assessment: &Assessment) -> std::io::Result<()> 
     )
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder, mode 0644.
+/// Writes `bytes` to `path` as the run store writes its files (a temporary file
+/// renamed over the old one, group `tinyperf` that the agent reads as), so that a
+/// reader sees the old file or the new one whole.
 pub fn write_whole(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let folder = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(folder)?;
-    let temporary = folder.join(format!(
-        ".{}.{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temporary, path)
+    if let Some(folder) = path.parent() {
+        std::fs::create_dir_all(folder)?;
+    }
+    crate::record::files::Modes::lookup().write_atomically(path, bytes)
 }
 
 /// The running boot, as the kernel and the boot loader say.

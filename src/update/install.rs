@@ -12,9 +12,10 @@ use serde::Serialize;
 use super::boot_check;
 use super::boot_entries;
 use super::error::UpdateError;
+use super::gate::Assessment;
 use super::progress::{self, UpdateProgress};
 use super::source::{self, compare_versions, OfferedVersion, Source, VerifiedList};
-use super::status::{self, Extras};
+use super::status::{self, Extras, OsImage};
 use super::sysupdate;
 
 /// Where things are for one update.
@@ -65,9 +66,9 @@ pub struct CheckReport {
 }
 
 /// Versions this box rejected, newest assessment first, with the reason: those its
-/// boot check rejected, and those whose entry ran out of tries without an assessment.
-pub fn rejected(root: &Path, state_dir: &Path) -> Vec<(String, String)> {
-    let (history, _) = boot_check::read_history(state_dir);
+/// boot check rejected (in `history`, the assessments read from the state folder), and
+/// those whose entry below `root` ran out of tries without an assessment.
+pub fn rejected(root: &Path, history: &[Assessment]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for a in history.iter().rev().filter(|a| a.rejected) {
         if !out.iter().any(|(v, _)| v == &a.version) {
@@ -90,7 +91,8 @@ pub fn rejected(root: &Path, state_dir: &Path) -> Vec<(String, String)> {
     out
 }
 
-fn running_version(root: &Path) -> Result<String, UpdateError> {
+/// The running image, which must have a version.
+fn running_image(root: &Path) -> Result<OsImage, UpdateError> {
     let image = status::read(root, Extras::default());
     let Some(os) = image.os else {
         return Err(UpdateError::NotAnImage(
@@ -104,13 +106,13 @@ fn running_version(root: &Path) -> Result<String, UpdateError> {
             "the running image has no IMAGE_VERSION, so no version is newer".into(),
         ));
     }
-    Ok(os.version)
+    Ok(os)
 }
 
 /// What `source` offers, each version marked against the running one and this box's
 /// rejections.
 pub fn check(places: &Places, source: &Source) -> Result<CheckReport, UpdateError> {
-    let current = running_version(&places.root)?;
+    let current = running_image(&places.root)?.version;
     let list = source::read_verified(source, &places.keyring())?;
     Ok(report(places, source, &current, &list, true))
 }
@@ -122,7 +124,8 @@ fn report(
     list: &VerifiedList,
     sizes: bool,
 ) -> CheckReport {
-    let rejected = rejected(&places.root, &places.state_dir);
+    let (history, _) = boot_check::read_history(&places.state_dir);
+    let rejected = rejected(&places.root, &history);
     let versions: Vec<Offer> = list
         .versions
         .iter()
@@ -181,7 +184,8 @@ pub struct Plan {
 /// Chooses the version (`wanted`, else the newest newer one not rejected) and makes
 /// every check that can refuse it before anything is written.
 pub fn plan(places: &Places, source: &Source, wanted: Option<&str>) -> Result<Plan, UpdateError> {
-    let current = running_version(&places.root)?;
+    let image = running_image(&places.root)?;
+    let current = image.version.clone();
     let list = source::read_verified(source, &places.keyring())?;
     let report = report(places, source, &current, &list, false);
     let target = match wanted.filter(|w| !w.is_empty()) {
@@ -266,7 +270,7 @@ pub fn plan(places: &Places, source: &Source, wanted: Option<&str>) -> Result<Pl
         }
     }
     let total_bytes = total_size(source, &target);
-    check_space(&places.root, &target, source, &current)?;
+    check_space(&places.root, &image, &target, source)?;
     Ok(Plan {
         source: source.clone(),
         target,
@@ -280,15 +284,11 @@ pub fn plan(places: &Places, source: &Source, wanted: Option<&str>) -> Result<Pl
 /// the EFI system partition must hold the UKI once older entries are let go.
 fn check_space(
     root: &Path,
+    os: &OsImage,
     target: &OfferedVersion,
     source: &Source,
-    current: &str,
 ) -> Result<(), UpdateError> {
-    let image = status::read(root, Extras::default());
-    let os = image
-        .os
-        .as_ref()
-        .ok_or_else(|| UpdateError::NotAnImage("not a tinybox OS image".into()))?;
+    let current = os.version.as_str();
     let Some(other) = os.slots.iter().find(|s| s.state != "booted") else {
         return Err(UpdateError::NotAnImage(format!(
             "no second slot to write: the disk has {} slot(s) of tinybox partitions",

@@ -112,6 +112,16 @@ impl UpdateProgress {
     }
 }
 
+/// The stored state as the boot running below `root` sees it, on a box that runs
+/// `running_version` (see [`UpdateProgress::settle`]); `idle` when none is stored.
+pub fn as_seen(root: &Path, state_dir: &Path, running_version: &str) -> UpdateProgress {
+    read(state_dir).unwrap_or_else(UpdateProgress::idle).settle(
+        &super::boot_check::boot_id(root),
+        running_version,
+        Utc::now(),
+    )
+}
+
 /// The state file below `state_dir`.
 pub fn state_path(state_dir: &Path) -> PathBuf {
     state_dir.join(STATE_FILE)

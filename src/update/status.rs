@@ -299,9 +299,7 @@ struct Updates {
 /// The update's progress and the boot check's history, from the state folder.
 fn updates(root: &Path, state_dir: &Path, version: &str, notes: &mut Vec<String>) -> Updates {
     let boot_id = boot_check::boot_id(root);
-    let update = progress::read(state_dir)
-        .unwrap_or_else(UpdateProgress::idle)
-        .settle(&boot_id, version, chrono::Utc::now());
+    let update = progress::as_seen(root, state_dir, version);
     let (history, problem) = boot_check::read_history(state_dir);
     notes.extend(problem);
     let mut totals: BTreeMap<String, u64> = ["pass", "fail", "rejected"]
@@ -330,7 +328,7 @@ fn updates(root: &Path, state_dir: &Path, version: &str, notes: &mut Vec<String>
         });
     }
     let mut rollbacks_total = history.iter().filter(|a| a.rejected).count() as u64;
-    for (version, reason) in super::install::rejected(root, state_dir) {
+    for (version, reason) in super::install::rejected(root, &history) {
         if !rejections.iter().any(|r| r.version == version) {
             rollbacks_total += 1;
             rejections.push(Rejection {

@@ -160,16 +160,12 @@ pub fn update(
         return Ok(());
     }
     let tail = tail.lock().unwrap_or_else(|e| e.into_inner());
-    let last: Vec<&str> = tail
+    let said: Vec<&str> = tail
         .iter()
-        .rev()
-        .filter(|l| !l.trim().is_empty())
-        .take(ERROR_LINES)
         .map(String::as_str)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
+        .filter(|l| !l.trim().is_empty())
         .collect();
+    let last = &said[said.len().saturating_sub(ERROR_LINES)..];
     Err(UpdateError::Sysupdate(format!(
         "{status}{}",
         if last.is_empty() {
