@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use chrono::{Duration, Utc};
-use common::signing::{add_version, write_sums, SigningKey, UUID_R};
+use common::signing::{add_version, signed_folder, write_sums, SigningKey, UUID_R};
 use common::tinyperf_exe;
 use serde_json::{json, Value};
 use tinyperf::record::{Metric, RunRecord, RunState, StageResult, Trigger, Verdict};
@@ -88,6 +88,18 @@ impl Box_ {
             .unwrap()
     }
 
+    /// `tinyperf image status --json` of the tree and its state folder.
+    fn status(&self) -> Value {
+        let out = Command::new(tinyperf_exe())
+            .args(["image", "status", "--json", "--root"])
+            .arg(self.root.path())
+            .arg("--state-dir")
+            .arg(self.state.path())
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     fn update_state(&self) -> Value {
         serde_json::from_slice(&std::fs::read(self.state.path().join("update-state.json")).unwrap())
             .unwrap()
@@ -161,9 +173,7 @@ fn check_without_a_source_says_how_to_set_one() {
 fn update_refuses_a_wrong_checksum_a_missing_uki_and_a_rejected_version_before_writing() {
     let key = SigningKey::new();
     let b = Box_::new(&key);
-    let updates = tempfile::tempdir().unwrap();
-    add_version(updates.path(), NEWER);
-    key.sign(updates.path());
+    let updates = signed_folder(&key, NEWER);
     let source = updates.path().to_str().unwrap();
     if !is_root() {
         let out = b.tinyperf(&["image", "update", "--source", source]);
@@ -279,9 +289,7 @@ fn update_refuses_a_wrong_checksum_a_missing_uki_and_a_rejected_version_before_w
 fn update_refuses_while_a_run_is_going() {
     let key = SigningKey::new();
     let b = Box_::new(&key);
-    let updates = tempfile::tempdir().unwrap();
-    add_version(updates.path(), NEWER);
-    key.sign(updates.path());
+    let updates = signed_folder(&key, NEWER);
     if !is_root() {
         return;
     }
@@ -310,9 +318,7 @@ fn update_refuses_while_a_run_is_going() {
 fn update_with_a_stand_in_sysupdate_reports_progress_in_bytes_and_ends_written() {
     let key = SigningKey::new();
     let b = Box_::new(&key);
-    let updates = tempfile::tempdir().unwrap();
-    add_version(updates.path(), NEWER);
-    key.sign(updates.path());
+    let updates = signed_folder(&key, NEWER);
     if !is_root() {
         return;
     }
@@ -378,14 +384,7 @@ fn update_with_a_stand_in_sysupdate_reports_progress_in_bytes_and_ends_written()
     assert!(total > 0);
     assert_eq!(state["done_bytes"].as_u64().unwrap(), total);
     // The status shows the written version as pending.
-    let out = Command::new(tinyperf_exe())
-        .args(["image", "status", "--json", "--root"])
-        .arg(b.root.path())
-        .arg("--state-dir")
-        .arg(b.state.path())
-        .output()
-        .unwrap();
-    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = b.status();
     assert_eq!(status["update"]["state"], "written", "{status}");
     assert_eq!(status["update"]["pending_version"], NEWER);
 }
@@ -539,14 +538,7 @@ fn boot_check_keeps_a_new_version_as_fast_as_the_last_and_rejects_a_slower_one_o
 
     // Back on the previous version: the rejection is published.
     booted(&b, NEWER, false, start + Duration::minutes(5));
-    let out = Command::new(tinyperf_exe())
-        .args(["image", "status", "--json", "--root"])
-        .arg(b.root.path())
-        .arg("--state-dir")
-        .arg(b.state.path())
-        .output()
-        .unwrap();
-    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = b.status();
     assert_eq!(status["rejections"][0]["version"], NEWEST, "{status}");
     assert_eq!(status["rejections"][0]["reason"], expected);
     assert_eq!(status["rollbacks_total"], 1);

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-use common::signing::{add_version, SigningKey};
+use common::signing::{signed_folder, SigningKey};
 use common::{wait_for, AgentOnBus};
 use serde_json::Value;
 use tinyperf::api::dbus::Agent1Proxy;
@@ -165,9 +165,7 @@ impl Signals {
 fn check_and_update_over_dbus_and_the_progress_the_root_side_writes_is_published() {
     let key = SigningKey::new();
     let root = image_tree(&key);
-    let updates = tempfile::tempdir().unwrap();
-    add_version(updates.path(), NEWER);
-    key.sign(updates.path());
+    let updates = signed_folder(&key, NEWER);
     let on = agent_on(root.path(), updates.path());
     let bus = on.bus.address.as_str();
     let state_dir = on.agent.state_dir.clone();
@@ -240,9 +238,7 @@ fn check_and_update_over_dbus_and_the_progress_the_root_side_writes_is_published
 fn post_update_needs_the_token_and_waits_for_a_run_to_end() {
     let key = SigningKey::new();
     let root = image_tree(&key);
-    let updates = tempfile::tempdir().unwrap();
-    add_version(updates.path(), NEWER);
-    key.sign(updates.path());
+    let updates = signed_folder(&key, NEWER);
     let on = agent_on(root.path(), updates.path());
     let agent = &on.agent;
     let request_file = progress::request_path(&agent.state_dir);
@@ -304,9 +300,7 @@ fn without_an_update_source_check_and_update_say_how_to_set_one() {
 fn a_scheduled_check_publishes_what_is_offered_and_requests_it_only_with_update_reboot() {
     let key = SigningKey::new();
     let root = image_tree(&key);
-    let updates = tempfile::tempdir().unwrap();
-    add_version(updates.path(), NEWER);
-    key.sign(updates.path());
+    let updates = signed_folder(&key, NEWER);
     let config = |reboot: bool| {
         format!(
             "image_root = \"{}\"\nupdate_url = \"{}\"\nupdate_check = \"1s\"\nupdate_reboot = {reboot}\n",

@@ -108,3 +108,11 @@ pub fn write_sums(folder: &Path) {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// A folder offering `version`, signed by `key`.
+pub fn signed_folder(key: &SigningKey, version: &str) -> tempfile::TempDir {
+    let folder = tempfile::tempdir().unwrap();
+    add_version(folder.path(), version);
+    key.sign(folder.path());
+    folder
+}
